@@ -1,0 +1,33 @@
+# The two commands of the README:  `make course` (set up, open JupyterLab)  and  `make test` (set up, run every test).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+PIP    := $(PY) -m pip install -q --disable-pip-version-check --progress-bar off
+
+.PHONY: setup course test test-fast notebooks sync book student bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) "$(TORCH)"
+	$(PIP) -r requirements.txt -e .
+	touch $@
+
+course: setup  ## open the course in JupyterLab
+	$(VENV)/bin/jupyter lab notebooks/
+
+test: setup  ## every test: package, notebooks (nbval), book, browser (skips without Chromium)
+	$(PY) -m pytest
+
+test-fast: setup  ## package tests only
+	$(PY) -m pytest tests -m "not browser and not slow" -p no:nbval
+
+sync: setup  ## write each notebook from its py:percent script (keeps outputs)
+	$(VENV)/bin/jupytext --sync notebooks/*.py
+
+notebooks: setup  ## execute every chapter in place so its stored outputs are fresh
+	$(PY) -m tfm_lesson.course execute notebooks/*.ipynb
+
+clean:
+	rm -rf $(VENV) book/_build

@@ -1,0 +1,46 @@
+"""Argument checks shared by the modules: clear errors that name the argument and what was expected."""
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def check_positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def check_probability(value: object, name: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_features(x: object, name: str, d_model: int, dims: str = "(batch, seq_len, d_model)") -> Tensor:
+    """``x`` must be a floating tensor shaped ``dims`` whose last size is ``d_model``."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor shaped {dims}, got {type(x).__name__}")
+    ndim = dims.count(",") + 1
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must be shaped {dims}, got shape {tuple(x.shape)}")
+    if x.size(-1) != d_model:
+        raise ValueError(f"{name} has {x.size(-1)} features in its last dimension, expected d_model={d_model}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype} (embed token ids first)")
+    return x
+
+
+def check_tokens(tokens: object, name: str, vocab_size: int) -> Tensor:
+    """``tokens`` must be ``(batch, seq_len)`` integer ids in ``[0, vocab_size)``."""
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids shaped (batch, seq_len), got {type(tokens).__name__}")
+    if tokens.dim() != 2:
+        raise ValueError(f"{name} must be shaped (batch, seq_len), got shape {tuple(tokens.shape)}")
+    if tokens.is_floating_point() or tokens.dtype == bool or tokens.is_complex():
+        raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    if tokens.numel():
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size})")
+    return tokens

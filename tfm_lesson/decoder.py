@@ -1,0 +1,77 @@
+"""The decoder (paper, section 3.1): masked self-attention, cross-attention over the encoder's output
+(the *memory*), then feed-forward; each sub-layer with residual, dropout and layer norm.
+"""
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ._checks import check_features, check_positive_int
+from .attention import MultiHeadAttention
+from .feedforward import PositionwiseFeedForward
+from .norm import LayerNorm
+
+__all__ = ["DecoderLayer", "Decoder"]
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention (queries from the decoder, keys and values from the memory),
+    feed-forward. ``norm_first=False`` is the paper's post-norm. Matches ``nn.TransformerDecoderLayer``."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
+                 activation: str = "relu", eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.d_model, self.norm_first = d_model, norm_first
+        self.self_attn = MultiHeadAttention(d_model, heads, dropout, bias)
+        self.cross_attn = MultiHeadAttention(d_model, heads, dropout, bias)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+        self.norm1 = LayerNorm(d_model, eps, bias)
+        self.norm2 = LayerNorm(d_model, eps, bias)
+        self.norm3 = LayerNorm(d_model, eps, bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def _self_attend(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        return self.dropout1(self.self_attn(x, x, x, mask)[0])
+
+    def _cross_attend(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
+        return self.dropout2(self.cross_attn(x, memory, memory, mask)[0])  # query: decoder; key, value: memory
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        return self.dropout3(self.feed_forward(x))
+
+    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None) -> Tensor:
+        """x ``(batch, tgt_len, d_model)``, memory ``(batch, src_len, d_model)``;
+        tgt_mask broadcastable to ``(batch, heads, tgt_len, tgt_len)`` (usually causal and padding),
+        memory_mask to ``(batch, heads, tgt_len, src_len)`` (usually the source padding)."""
+        check_features(x, "x", self.d_model)
+        check_features(memory, "memory", self.d_model)
+        if self.norm_first:
+            x = x + self._self_attend(self.norm1(x), tgt_mask)
+            x = x + self._cross_attend(self.norm2(x), memory, memory_mask)
+            return x + self._feed_forward(self.norm3(x))
+        x = self.norm1(x + self._self_attend(x, tgt_mask))
+        x = self.norm2(x + self._cross_attend(x, memory, memory_mask))
+        return self.norm3(x + self._feed_forward(x))
+
+
+class Decoder(nn.Module):
+    """``num_layers`` decoder layers, optionally followed by a final LayerNorm (``final_norm`` as in
+    :class:`tfm_lesson.Encoder`)."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, num_layers: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", eps: float = 1e-5, bias: bool = True,
+                 final_norm: bool | None = None) -> None:
+        super().__init__()
+        check_positive_int(num_layers, "num_layers")
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, heads, d_ff, dropout, norm_first, activation, eps, bias) for _ in range(num_layers))
+        self.norm = LayerNorm(d_model, eps, bias) if (norm_first if final_norm is None else final_norm) else None
+
+    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None) -> Tensor:
+        """x ``(batch, tgt_len, d_model)`` -> ``(batch, tgt_len, d_model)``."""
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x if self.norm is None else self.norm(x)
