@@ -21,7 +21,7 @@ test: setup  ## every test: package, notebooks (nbval), book, browser (skips wit
 	$(PY) -m pytest
 
 test-fast: setup  ## package tests only
-	$(PY) -m pytest tests -m "not browser and not slow" -p no:nbval
+	$(PY) -m pytest tests -m "not browser and not slow"
 
 sync: setup  ## write each notebook from its py:percent script (keeps outputs)
 	$(VENV)/bin/jupytext --sync notebooks/*.py

@@ -1,0 +1,57 @@
+"""Shared fixtures: devices to run on, and a record of the largest parity error per module."""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+PARITY: dict[str, float] = defaultdict(float)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> torch.device:
+    return torch.device(request.param)
+
+
+@pytest.fixture
+def parity():
+    """``parity(name, ours, theirs, atol=1e-5)``: assert closeness and remember the largest error per name."""
+
+    def check(name: str, ours: torch.Tensor, theirs: torch.Tensor, atol: float = 1e-5) -> None:
+        assert ours.shape == theirs.shape, f"{name}: shape {tuple(ours.shape)} vs {tuple(theirs.shape)}"
+        err = (ours.detach().double() - theirs.detach().double()).abs().max().item() if ours.numel() else 0.0
+        PARITY[name] = max(PARITY[name], err)
+        assert err <= atol, f"{name}: largest difference {err:.3g} > {atol}"
+
+    return check
+
+
+@pytest.fixture
+def no_torch_fastpath():
+    """torch's encoder layers switch to a nested-tensor kernel in eval; parity compares the documented math."""
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    yield
+    torch.backends.mha.set_fastpath_enabled(before)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not PARITY:
+        return
+    terminalreporter.section("largest parity error per module (float32)")
+    for name, err in sorted(PARITY.items()):
+        terminalreporter.write_line(f"{name:45s} {err:.3e}")
+    out = ROOT / "artifacts"
+    out.mkdir(exist_ok=True)
+    (out / "parity.json").write_text(json.dumps(dict(sorted(PARITY.items())), indent=1))
