@@ -1,0 +1,457 @@
+"""Checkers for chapters 07 (encoder) and 08 (decoder): layers, stacks, the target mask, loading torch weights.
+
+Each checker loads the reference's ``state_dict`` into the learner's module (so both hold the same numbers),
+runs both in eval mode on random shapes with masks, compares outputs and gradients, and when they differ
+compares the learner's output with what each classic mistake would produce, to name it.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from .. import masks as M
+from ..decoder import Decoder, DecoderLayer
+from ..encoder import Encoder, EncoderLayer
+from ..interop import from_torch
+from ._harness import Mistake, close, diagnose, expect, output_of, passed
+
+__all__ = ["check_encoder_layer", "check_decoder_layer", "check_encoder", "check_decoder", "check_target_mask",
+           "check_load_encoder_layer"]
+
+AMBIGUOUS = ("`if mask:` (or `mask or ...`) asks a whole tensor for one truth value, which PyTorch refuses "
+             "(\"Boolean value of Tensor with more than one value is ambiguous\"). Test for absence instead: "
+             "`if mask is not None:`")
+RESIDUAL = ("gradients do not flow through the residual path: the output is right but d(loss)/d(x) is not. "
+            "Did you take the residual from a copy (copy.deepcopy(x), x.detach(), x.clone().detach(), x.data)? "
+            "Add the input tensor itself: `x + sublayer(x)`")
+
+
+# running the learner's code ---------------------------------------------------------------------------------------
+def _run(fn: Callable, *args: Any, what: str) -> Any:
+    """Call learner code; translate the exceptions of classic mistakes into their hint."""
+    try:
+        return fn(*args)
+    except Mistake:
+        raise
+    except Exception as exc:
+        text = str(exc)
+        if "ambiguous" in text and "Boolean value of Tensor" in text:
+            raise Mistake(f"{what} raised RuntimeError: {text.splitlines()[0]}. {AMBIGUOUS}") from exc
+        if "deepcopy protocol" in text:
+            raise Mistake(f"{what} raised RuntimeError while deep-copying a tensor. {RESIDUAL}") from exc
+        if isinstance(exc, TypeError) and "positional argument" in text:
+            raise Mistake(f"{what} raised TypeError: {text}. Keep tfm_lesson's signatures, e.g. "
+                          "`forward(self, x, mask=None)` for an encoder layer and "
+                          "`forward(self, x, memory, tgt_mask=None, memory_mask=None)` for a decoder layer") from exc
+        raise Mistake(f"{what} raised {type(exc).__name__}: {text}") from exc
+
+
+def _build(cls: type, what: str, *args: Any, **kwargs: Any) -> nn.Module:
+    try:
+        module = cls(*args, **kwargs)
+    except Exception as exc:
+        sig = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        raise Mistake(f"{what}({sig}) raised {type(exc).__name__}: {exc}. Keep the constructor signature of "
+                      f"tfm_lesson.{what}") from exc
+    expect(isinstance(module, nn.Module), f"{what}(...) should build an nn.Module, got {type(module).__name__}")
+    return module
+
+
+def _load(learner: nn.Module, ref: nn.Module, what: str) -> None:
+    """Copy the reference's weights into the learner's module, naming missing or extra parameters."""
+    try:
+        missing, unexpected = learner.load_state_dict(ref.state_dict(), strict=False)
+    except RuntimeError as exc:
+        raise Mistake(f"could not load tfm_lesson's weights into your {what}: {str(exc).splitlines()[-1].strip()}. "
+                      "Build it from tfm_lesson's parts with the same sizes") from exc
+    own = dict(learner.named_parameters())
+    extra = [k for k in missing if k in own]
+    if unexpected:
+        hint = ""
+        if any(k.startswith("layers.") for k in unexpected) and not any(k.startswith("layers.") for k in own):
+            hint = " Keep the layers in an nn.ModuleList (a plain Python list hides their parameters from PyTorch)."
+        elif any(k.startswith("norm.") for k in unexpected):
+            hint = " With norm_first=True the stack ends with a final LayerNorm named `norm`."
+        raise Mistake(f"your {what} has no parameter(s) {sorted(unexpected)[:4]} that tfm_lesson's has. Use "
+                      f"tfm_lesson's attribute names (self_attn, cross_attn, feed_forward, norm1, norm2, norm3; "
+                      f"layers, norm for a stack).{hint}")
+    if extra:
+        hint = ""
+        if any(k.startswith("norm.") for k in extra):
+            hint = (" A post-norm stack (norm_first=False, the paper) has no final LayerNorm: every layer already "
+                    "ends with one. Set `self.norm = None` unless norm_first.")
+        raise Mistake(f"your {what} has parameter(s) {sorted(extra)[:4]} that tfm_lesson's has not.{hint}")
+
+
+def _pair(cls: type, ref_cls: type, what: str, args: tuple, norm_first: bool) -> tuple[nn.Module, nn.Module]:
+    ref = ref_cls(*args, dropout=0.0, norm_first=norm_first).eval()
+    learner = _build(cls, what, *args, dropout=0.0, norm_first=norm_first)
+    _load(learner, ref, what)
+    return learner.eval(), ref
+
+
+def _sizes(rng: random.Random) -> tuple[int, int, int]:
+    heads = rng.choice([2, 4])
+    d_model = heads * rng.choice([4, 6])
+    return d_model, heads, 2 * d_model
+
+
+def _lengths_mask(rng: random.Random, batch: int, length: int) -> tuple[Tensor, list[int]]:
+    """A padding mask (batch, 1, 1, length): the first row is full, others padded."""
+    lengths = [length] + [rng.randint(2, length - 1) for _ in range(batch - 1)]
+    keep = torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]  # (batch, length)
+    return keep[:, None, None, :], lengths
+
+
+def _grads_match(learner: nn.Module, ref: nn.Module, out: Tensor, expected: Tensor, x: Tensor, x_ref: Tensor,
+                 what: str) -> None:
+    weight = torch.randn_like(expected)
+    (out * weight).sum().backward()
+    (expected * weight).sum().backward()
+    expect(x.grad is not None and close(x.grad, x_ref.grad, atol=1e-4), RESIDUAL)
+    theirs = dict(ref.named_parameters())
+    for name, p in learner.named_parameters():
+        if name in theirs and theirs[name].grad is not None:
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            expect(close(g, theirs[name].grad, atol=1e-4),
+                   f"the output of your {what} matches, but the gradient of `{name}` does not: is some tensor "
+                   "detached (`.detach()`, `.data`, `torch.no_grad()`) on the way?")
+
+
+# the encoder layer ----------------------------------------------------------------------------------------------
+def _encoder_variant(ref: EncoderLayer, x: Tensor, mask: Tensor | None, norm_first: bool, residual: bool = True,
+                     same_norm: bool = False) -> Tensor:
+    """What an encoder layer computes with the given (possibly wrong) choices, from the reference's parts."""
+    norm2 = ref.norm1 if same_norm else ref.norm2
+    r = (lambda h: h) if residual else (lambda h: torch.zeros_like(h))
+    attend = lambda h: ref.self_attn(h, h, h, mask)[0]  # noqa: E731
+    if norm_first:
+        x = r(x) + attend(ref.norm1(x))
+        return r(x) + ref.feed_forward(norm2(x))
+    x = ref.norm1(r(x) + attend(x))
+    return norm2(r(x) + ref.feed_forward(x))
+
+
+def _norm_names(norm_first: bool) -> tuple[str, str]:
+    post = "post-norm, x = LayerNorm(x + Sublayer(x))"
+    pre = "pre-norm, x = x + Sublayer(LayerNorm(x))"
+    return (pre, post) if norm_first else (post, pre)
+
+
+def check_encoder_layer(cls: type) -> None:
+    """Check ``cls(d_model, heads, d_ff, dropout=0.1, norm_first=False)`` against :class:`tfm_lesson.EncoderLayer`:
+    outputs with a padding mask in post-norm and pre-norm, padding invariance, gradients, dropout."""
+    rng = random.Random(7)
+    torch.manual_seed(7)
+    for trial, norm_first in enumerate([False, True, False]):
+        d_model, heads, d_ff = _sizes(rng)
+        learner, ref = _pair(cls, EncoderLayer, "EncoderLayer", (d_model, heads, d_ff), norm_first)
+        batch, length = rng.randint(2, 3), rng.randint(4, 7)
+        mask, lengths = _lengths_mask(rng, batch, length)
+        x = torch.randn(batch, length, d_model, requires_grad=True)
+        x_ref = x.detach().clone().requires_grad_()
+        out = output_of(_run(learner, x, mask, what="your EncoderLayer"))
+        expected = ref(x_ref, mask)
+        want, other = _norm_names(norm_first)
+        with torch.no_grad():
+            suspects = {
+                "padding changes the output: your layer seems to ignore its `mask` argument (a misspelled name, or "
+                "not passed on to self_attn(x, x, x, mask)?)": _encoder_variant(ref, x, None, norm_first),
+                f"the layer norms are in the wrong place: norm_first={norm_first} asks for {want}, your output "
+                f"matches {other}": _encoder_variant(ref, x, mask, not norm_first),
+                "the output looks like LayerNorm(Sublayer(x)): the residual connection `x + ...` is missing":
+                    _encoder_variant(ref, x, mask, norm_first, residual=False),
+                "the output looks as if norm1 was used for both sub-layers: the feed-forward sub-layer has its own "
+                "norm2": _encoder_variant(ref, x, mask, norm_first, same_norm=True),
+            }
+        diagnose(out.detach(), expected.detach(), suspects,
+                 f"your EncoderLayer (norm_first={norm_first}) does not match tfm_lesson.EncoderLayer: "
+                 f"self-attention then feed-forward, each with residual and {want}")
+        _grads_match(learner, ref, out, expected, x, x_ref, "EncoderLayer")
+        # padding invariance: what sits at padded positions must not reach the real ones
+        with torch.no_grad():
+            x2 = x.detach().clone()
+            for b, n in enumerate(lengths):
+                x2[b, n:] = torch.randn(length - n, d_model) * 3
+            out2 = output_of(_run(learner, x2, mask, what="your EncoderLayer"))
+            for b, n in enumerate(lengths):
+                expect(close(out2[b, :n], out[b, :n].detach()),
+                       "padding changes the output: changing a padded position changed a real one. Pass the mask "
+                       "to self-attention")
+    # dropout: active in training, silent in eval
+    learner = _build(cls, "EncoderLayer", 16, 2, 32, dropout=0.5, norm_first=False)
+    x = torch.randn(2, 5, 16)
+    learner.eval()
+    expect(close(output_of(learner(x)), output_of(learner(x))),
+           "in eval mode your layer gives different outputs for the same input: use nn.Dropout modules "
+           "(they switch off in eval), not F.dropout(..., training=True)")
+    learner.train()
+    expect(not close(output_of(learner(x)), output_of(learner(x))),
+           "in training mode with dropout=0.5 your layer gives the same output twice: is the dropout probability "
+           "passed on and dropout applied to each sub-layer's output?")
+    passed("check_encoder_layer", "post-norm and pre-norm, with padding masks, outputs, gradients and dropout "
+           "match tfm_lesson.EncoderLayer")
+
+
+# the decoder layer ----------------------------------------------------------------------------------------------
+def _decoder_variant(ref: DecoderLayer, x: Tensor, memory: Tensor, tgt_mask: Tensor | None,
+                     memory_mask: Tensor | None, norm_first: bool, cross: str = "right",
+                     residual: bool = True) -> Tensor:
+    r = (lambda h: h) if residual else (lambda h: torch.zeros_like(h))
+    self_attend = lambda h: ref.self_attn(h, h, h, tgt_mask)[0]  # noqa: E731
+
+    def cross_attend(h: Tensor) -> Tensor:
+        q, kv = {"right": (h, memory), "memory_query": (memory, h), "self": (h, h)}[cross]
+        return ref.cross_attn(q, kv, kv, memory_mask if cross != "self" else tgt_mask)[0]
+
+    if norm_first:
+        x = r(x) + self_attend(ref.norm1(x))
+        x = r(x) + cross_attend(ref.norm2(x))
+        return r(x) + ref.feed_forward(ref.norm3(x))
+    x = ref.norm1(r(x) + self_attend(x))
+    x = ref.norm2(r(x) + cross_attend(x))
+    return ref.norm3(r(x) + ref.feed_forward(x))
+
+
+CROSS_QUERY = ("cross-attention is fed the wrong query: queries come from the decoder (x, one per target "
+               "position), keys and values from the memory: cross_attn(x, memory, memory, memory_mask)")
+FUTURE = ("the future leaks: changing a later target position changed earlier outputs. Self-attention must use "
+          "tgt_mask (causal and padding): self_attn(x, x, x, tgt_mask)")
+
+
+def check_decoder_layer(cls: type) -> None:
+    """Check ``cls(d_model, heads, d_ff, dropout=0.1, norm_first=False)`` against :class:`tfm_lesson.DecoderLayer`:
+    masked self-attention, cross-attention over the memory, feed-forward; outputs, causality, gradients."""
+    rng = random.Random(8)
+    torch.manual_seed(8)
+    for trial, norm_first in enumerate([False, True, False]):
+        d_model, heads, d_ff = _sizes(rng)
+        learner, ref = _pair(cls, DecoderLayer, "DecoderLayer", (d_model, heads, d_ff), norm_first)
+        batch = rng.randint(2, 3)
+        tgt_len = rng.randint(4, 6)
+        src_len = tgt_len if trial == 0 else tgt_len + rng.randint(1, 3)  # equal lengths first: wrong queries still run
+        memory_mask, _ = _lengths_mask(rng, batch, src_len)
+        tgt_pad, _ = _lengths_mask(rng, batch, tgt_len)
+        tgt_mask = M.combine_masks(tgt_pad, M.causal_mask(tgt_len))  # (batch, 1, tgt_len, tgt_len)
+        x = torch.randn(batch, tgt_len, d_model, requires_grad=True)
+        memory = torch.randn(batch, src_len, d_model)
+        x_ref = x.detach().clone().requires_grad_()
+        try:
+            out = output_of(_run(learner, x, memory, tgt_mask, memory_mask, what="your DecoderLayer"))
+        except Mistake as exc:
+            if src_len != tgt_len and ("size" in str(exc) or "length" in str(exc) or "shape" in str(exc)):
+                raise Mistake(f"{exc}\nWith a source longer than the target this fails: {CROSS_QUERY}") from exc
+            raise
+        expected = ref(x_ref, memory, tgt_mask, memory_mask)
+        want, other = _norm_names(norm_first)
+        args = (x, memory, tgt_mask, memory_mask, norm_first)
+        with torch.no_grad():
+            suspects = {CROSS_QUERY: _decoder_variant(ref, *args, cross="memory_query")} if src_len == tgt_len else {}
+            suspects.update({
+                "cross-attention never looks at the memory: it attends over x again. Use "
+                "cross_attn(x, memory, memory, memory_mask)": _decoder_variant(ref, *args, cross="self"),
+                FUTURE + " (your self-attention seems to ignore tgt_mask)":
+                    _decoder_variant(ref, x, memory, None, memory_mask, norm_first),
+                "padding in the memory changes the output: pass memory_mask to cross-attention":
+                    _decoder_variant(ref, x, memory, tgt_mask, None, norm_first),
+                "tgt_mask and memory_mask look swapped or both ignored": _decoder_variant(
+                    ref, x, memory, None, None, norm_first),
+                f"the layer norms are in the wrong place: norm_first={norm_first} asks for {want}, your output "
+                f"matches {other}": _decoder_variant(ref, x, memory, tgt_mask, memory_mask, not norm_first),
+                "the output looks like LayerNorm(Sublayer(x)): the residual connections `x + ...` are missing":
+                    _decoder_variant(ref, *args, residual=False),
+            })
+        diagnose(out.detach(), expected.detach(), suspects,
+                 f"your DecoderLayer (norm_first={norm_first}) does not match tfm_lesson.DecoderLayer: masked "
+                 f"self-attention, cross-attention, feed-forward, each with residual and {want}")
+        _grads_match(learner, ref, out, expected, x, x_ref, "DecoderLayer")
+        # causality: a later target position never changes an earlier output
+        with torch.no_grad():
+            x2 = x.detach().clone()
+            x2[:, -1] = torch.randn(batch, d_model) * 3
+            out2 = output_of(_run(learner, x2, memory, tgt_mask, memory_mask, what="your DecoderLayer"))
+            expect(close(out2[:, :-1], out[:, :-1].detach()), FUTURE)
+    passed("check_decoder_layer", "post-norm and pre-norm, with causal and padding masks, outputs, causality and "
+           "gradients match tfm_lesson.DecoderLayer")
+
+
+# the stacks ---------------------------------------------------------------------------------------------------------
+def _check_stack(cls: type, decoder: bool) -> None:
+    what = "Decoder" if decoder else "Encoder"
+    ref_cls = Decoder if decoder else Encoder
+    rng = random.Random(9 + decoder)
+    torch.manual_seed(9 + decoder)
+    for norm_first in (False, True):
+        d_model, heads, d_ff = _sizes(rng)
+        num_layers = rng.choice([2, 3])
+        ref = ref_cls(d_model, heads, d_ff, num_layers, dropout=0.0, norm_first=norm_first).eval()
+        learner = _build(cls, what, d_model, heads, d_ff, num_layers, dropout=0.0, norm_first=norm_first)
+        n_ref = sum(p.numel() for p in ref.parameters())
+        n_learner = sum(p.numel() for p in learner.parameters())
+        per_layer = sum(p.numel() for p in ref.layers[0].parameters())
+        final = 0 if ref.norm is None else 2 * d_model
+        expect(n_learner != per_layer + final or num_layers == 1,
+               f"your {what} has the parameters of one layer, not {num_layers}: all layers share one set of weights. "
+               f"Build a new layer for each position (`nn.ModuleList({what}Layer(...) for _ in range(num_layers))`), "
+               "not `[layer] * num_layers`")
+        expect(n_learner != 0, f"your {what} has no parameters: keep the layers in an nn.ModuleList, not a Python list")
+        _load(learner, ref, what)
+        learner.eval()
+        batch, length = rng.randint(2, 3), rng.randint(4, 6)
+        mask, _ = _lengths_mask(rng, batch, length)
+        x = torch.randn(batch, length, d_model)
+        layers = list(ref.layers)
+        with torch.no_grad():
+            if decoder:
+                src_len = length + 2
+                memory = torch.randn(batch, src_len, d_model)
+                memory_mask, _ = _lengths_mask(rng, batch, src_len)
+                tgt_mask = M.combine_masks(mask, M.causal_mask(length))
+                out = output_of(_run(learner, x, memory, tgt_mask, memory_mask, what=f"your {what}"))
+                expected = ref(x, memory, tgt_mask, memory_mask)
+                run = lambda h, i, tm, mm: layers[i](h, memory, tm, mm)  # noqa: E731
+                masks_ok, masks_none = (tgt_mask, memory_mask), (None, None)
+            else:
+                out = output_of(_run(learner, x, mask, what=f"your {what}"))
+                expected = ref(x, mask)
+                run = lambda h, i, m, _: layers[i](h, m)  # noqa: E731
+                masks_ok, masks_none = (mask, None), (None, None)
+
+            def chain(masks: tuple, final_norm: bool = True, restart: bool = False) -> Tensor:
+                h = x
+                for i in range(len(layers)):
+                    h = run(x if restart else h, i, *masks)
+                return ref.norm(h) if final_norm and ref.norm is not None else h
+
+            suspects = {
+                f"your {what} does not pass the mask(s) on to every layer (padding changes the output)":
+                    chain(masks_none),
+                f"each layer is applied to the stack's input instead of the previous layer's output: write "
+                f"`x = layer(x, ...)` in the loop": chain(masks_ok, restart=True),
+            }
+            if ref.norm is not None:
+                suspects["the final LayerNorm is missing: a pre-norm stack (norm_first=True) ends with `self.norm`, "
+                         "since its last residual stream is otherwise never normalised"] = chain(masks_ok, False)
+        diagnose(out, expected, suspects, f"your {what} (norm_first={norm_first}) does not match tfm_lesson.{what}")
+    passed(f"check_{what.lower()}", f"post-norm and pre-norm stacks of {what}Layers match tfm_lesson.{what}")
+
+
+def check_encoder(cls: type) -> None:
+    """Check ``cls(d_model, heads, d_ff, num_layers, dropout=0.1, norm_first=False)`` (attributes ``layers``: an
+    ``nn.ModuleList`` of ``EncoderLayer``, ``norm``: final LayerNorm only when ``norm_first``) against
+    :class:`tfm_lesson.Encoder`."""
+    _check_stack(cls, decoder=False)
+
+
+def check_decoder(cls: type) -> None:
+    """Check ``cls(d_model, heads, d_ff, num_layers, dropout=0.1, norm_first=False)`` with
+    ``forward(x, memory, tgt_mask=None, memory_mask=None)`` against :class:`tfm_lesson.Decoder`."""
+    _check_stack(cls, decoder=True)
+
+
+# the decoder's self-attention mask -----------------------------------------------------------------------------------
+def check_target_mask(fn: Callable) -> None:
+    """Check ``fn(tgt, pad_id)`` -> the decoder's self-attention mask: boolean, True = may attend, broadcastable to
+    ``(batch, 1, tgt_len, tgt_len)``; a query sees earlier-or-same positions that are not padding."""
+    rng = random.Random(11)
+    for trial in range(4):
+        batch, length, pad_id = rng.randint(1, 3), rng.randint(3, 7), rng.choice([0, 0, 1, 5])
+        tgt = torch.randint(0, 9, (batch, length))
+        tgt[tgt == pad_id] = pad_id + 1 if pad_id + 1 < 9 else pad_id - 1
+        for b in range(1, batch):
+            tgt[b, rng.randint(1, length - 1):] = pad_id
+        got = _run(fn, tgt, pad_id, what="your target-mask function")
+        expect(isinstance(got, Tensor), f"return a torch.Tensor, got {type(got).__name__}")
+        expect(got.dtype == torch.bool, f"the mask must be boolean (True = may attend), got dtype {got.dtype}. An "
+               "additive 0/-inf float mask is another convention; here build it from comparisons and `&`")
+        shape = (batch, 1, length, length)
+        try:
+            got = got.expand(shape)
+        except RuntimeError:
+            raise Mistake(f"your mask has shape {tuple(got.shape)}, which does not broadcast to (batch, 1, tgt_len, "
+                          f"tgt_len) = {shape}. padding_mask gives (batch, 1, 1, tgt_len), causal_mask (tgt_len, "
+                          "tgt_len): `&` broadcasts them together") from None
+        pad = M.padding_mask(tgt, pad_id)  # (batch, 1, 1, t)
+        causal = M.causal_mask(length)
+        expected = (pad & causal).expand(shape)
+        if torch.equal(got, expected):
+            continue
+        ones = torch.ones(length, length, dtype=torch.bool)
+        suspects = {
+            "the polarity is inverted: True must mean *may attend* (nn.MultiheadAttention's True = blocked is the "
+            "opposite convention)": ~expected,
+            "padding is not masked: combine the causal mask with padding_mask(tgt, pad_id)": causal.expand(shape),
+            "the mask is not causal, so the future leaks: AND the padding mask with the lower-triangular causal_mask":
+                pad.expand(shape),
+            "the causal mask is shifted by one: a position must see itself (the diagonal), tril() not tril(-1)":
+                (pad & ones.tril(-1)).expand(shape),
+            "the causal mask is shifted by one: it lets each position see the next one, tril() not tril(1)":
+                (pad & ones.tril(1)).expand(shape),
+            "the causal mask is upside down: triu() lets a position see the future; use tril()":
+                (pad & ones.triu()).expand(shape),
+            "the padding hides the wrong axis: padded *keys* (last dimension) are hidden, so padding_mask is shaped "
+            "(batch, 1, 1, tgt_len)": (pad.transpose(-1, -2) & causal).expand(shape),
+        }
+        for hint, buggy in suspects.items():
+            if torch.equal(got, buggy):
+                raise Mistake(hint)
+        raise Mistake(f"your mask differs from padding_mask(tgt, pad_id) & causal_mask(tgt_len) for tgt={tgt.tolist()}"
+                      f", pad_id={pad_id}")
+    passed("check_target_mask", "causal and padding combined, True = may attend, (batch, 1, tgt_len, tgt_len)")
+
+
+# loading torch's weights ---------------------------------------------------------------------------------------------
+def check_load_encoder_layer(fn: Callable) -> None:
+    """Check ``fn(ours, theirs)``, which copies an ``nn.TransformerEncoderLayer``'s weights into a
+    :class:`tfm_lesson.EncoderLayer` in place."""
+    torch.manual_seed(12)
+    d_model, heads, d_ff = 12, 3, 20
+    theirs = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0, batch_first=True).eval()
+    ours = EncoderLayer(d_model, heads, d_ff, dropout=0.0).eval()
+    try:
+        fn(ours, theirs)
+    except RuntimeError as exc:
+        if "leaf Variable" in str(exc) or "in-place" in str(exc):
+            raise Mistake("copying into a parameter that requires grad must happen under `with torch.no_grad():` "
+                          f"(got: {exc})") from exc
+        raise Mistake(f"your function raised RuntimeError: {exc}") from exc
+    except Exception as exc:
+        raise Mistake(f"your function raised {type(exc).__name__}: {exc}") from exc
+    ref = from_torch(theirs)
+    d = d_model
+    w_in = theirs.self_attn.in_proj_weight.detach()
+    blocks = {"W^Q": w_in[:d], "W^K": w_in[d:2 * d], "W^V": w_in[2 * d:]}
+    names = {"self_attn.w_q.weight": "W^Q", "self_attn.w_k.weight": "W^K", "self_attn.w_v.weight": "W^V"}
+    want = dict(ref.named_parameters())
+    for name, p in ours.named_parameters():
+        p, target = p.detach(), want[name].detach()
+        if torch.equal(p, target):
+            continue
+        if name in names:
+            for label, block in blocks.items():
+                if torch.equal(p, block):
+                    raise Mistake(f"`{name}` holds the rows of in_proj_weight that belong to {label}: in_proj_weight "
+                                  f"stacks W^Q, W^K, W^V (in that order), d_model rows each; {names[name]} is "
+                                  f"rows {list(names.values()).index(names[name]) * d}:"
+                                  f"{(list(names.values()).index(names[name]) + 1) * d}")
+        if p.dim() == 2 and p.shape == target.T.shape and torch.equal(p, target.T):
+            raise Mistake(f"`{name}` is transposed: nn.Linear stores weight as (out_features, in_features) in both "
+                          "libraries, so copy it as is")
+        if name.endswith("bias"):
+            raise Mistake(f"`{name}` was not copied: the biases (in_proj_bias split in three, out_proj.bias, "
+                          "linear1/linear2.bias, norm biases) are weights too")
+        raise Mistake(f"`{name}` does not hold torch's weight. Match: self_attn.w_q/w_k/w_v <- in_proj_weight split "
+                      "in three, w_o <- out_proj, feed_forward.w_1/w_2 <- linear1/linear2, norm1/norm2 <- norm1/norm2")
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        x = torch.randn(2, 5, d_model)
+        with torch.no_grad():
+            expect(close(ours(x), theirs(x)), "every parameter matches, yet the outputs differ; are the layer's "
+                   "settings (norm_first, eps, activation) the same?")
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
+    passed("check_load_encoder_layer", "every weight lands in its place; outputs equal nn.TransformerEncoderLayer's")
