@@ -1,0 +1,114 @@
+"""The chapter 09 checkers pass the reference and name each classic mistake by its hint."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import tfm_lesson as T
+from tfm_lesson.checks import (Mistake, check_generator, check_parameter_count, check_scaled_embedding,
+                               check_tie_weights)
+
+
+class Embeddings(nn.Module):
+    def __init__(self, vocab, d_model, scale=None):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, d_model)
+        self.scale = math.sqrt(d_model) if scale is None else scale(d_model)
+
+    def forward(self, tokens):
+        return self.embedding(tokens) * self.scale
+
+
+class Generator(nn.Module):
+    def __init__(self, d_model, vocab, finish=lambda z: z.log_softmax(dim=-1)):
+        super().__init__()
+        self.proj = nn.Linear(d_model, vocab)
+        self.finish = finish
+
+    def forward(self, x):
+        return self.finish(self.proj(x))
+
+
+def tie(embedding, generator):
+    generator.weight = embedding.weight
+
+
+def formula(c):
+    d, f = c.d_model, c.d_ff
+    mha = 4 * d * d + 4 * d
+    ff = 2 * d * f + f + d
+    n = c.num_encoder_layers * (mha + ff + 4 * d) + c.num_decoder_layers * (2 * mha + ff + 6 * d)
+    n += c.src_vocab * d + (0 if c.share_embeddings else c.tgt_vocab * d)
+    return n + (0 if c.tie_embeddings else c.tgt_vocab * d)
+
+
+def test_references_pass(capsys):
+    check_scaled_embedding(Embeddings)
+    check_generator(Generator)
+    check_tie_weights(tie)
+    check_parameter_count(formula)
+    check_parameter_count(lambda c: T.count_parameters(T.Transformer(c)))
+    assert capsys.readouterr().out.count("passed") == 5
+
+
+def fails(checker, candidate, *hints):
+    with pytest.raises(Mistake) as info:
+        checker(candidate)
+    for hint in hints:
+        assert hint in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("scale, hint", [
+    (lambda d: 1.0, "not scaled by sqrt(d_model)"),
+    (lambda d: 1 / math.sqrt(d), "divided by sqrt(d_model)"),
+    (lambda d: d, "scaled by d_model"),
+])
+def test_embedding_mistakes(scale, hint):
+    fails(check_scaled_embedding, lambda v, d: Embeddings(v, d, scale), hint)
+
+
+@pytest.mark.parametrize("finish, hint", [
+    (lambda z: z, "raw scores (logits)"),
+    (lambda z: z.softmax(-1), "probabilities (softmax)"),
+    (lambda z: z.log_softmax(1), "wrong axis"),
+])
+def test_generator_mistakes(finish, hint):
+    fails(check_generator, lambda d, v: Generator(d, v, finish), hint)
+
+
+def _copied(embedding, generator):
+    with torch.no_grad():
+        generator.weight.copy_(embedding.weight)
+
+
+def _cloned(embedding, generator):
+    generator.weight = nn.Parameter(embedding.weight.detach().clone())
+
+
+def _rewrapped(embedding, generator):
+    generator.weight = nn.Parameter(embedding.weight)
+
+
+def test_tie_mistakes():
+    fails(check_tie_weights, _copied, "copied instead of shared")
+    fails(check_tie_weights, _cloned, "copied instead of shared")
+    fails(check_tie_weights, _rewrapped, "separate Parameter")
+
+
+def test_parameter_count_mistakes():
+    def tied_twice(c):
+        return formula(c) + (c.tgt_vocab * c.d_model if c.tie_embeddings else 0)
+
+    def no_cross(c):
+        return formula(c) - c.num_decoder_layers * (4 * c.d_model ** 2 + 4 * c.d_model)
+
+    def no_norms(c):
+        return formula(c) - 2 * c.d_model * (2 * c.num_encoder_layers + 3 * c.num_decoder_layers)
+
+    fails(check_parameter_count, tied_twice, "tied generator is counted again")
+    fails(check_parameter_count, no_cross, "cross-attention is missing")
+    fails(check_parameter_count, no_norms, "layer norms are missing")
+    fails(check_parameter_count, lambda c: formula(c) / 1, "return an int")

@@ -1,0 +1,181 @@
+"""Checkers for chapter 09 (the whole Transformer): scaled embeddings, the generator, weight tying, and the
+parameter count by formula."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from ..model import Transformer, TransformerConfig, count_parameters
+from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
+
+__all__ = ["check_scaled_embedding", "check_generator", "check_tie_weights", "check_parameter_count"]
+
+
+def _only(module: nn.Module, kind: type, what: str, name: str) -> nn.Module:
+    found = [m for m in module.modules() if isinstance(m, kind)]
+    expect(len(found) == 1, f"your {what} should hold exactly one {kind.__name__} (e.g. `self.{name}`), found "
+           f"{len(found)}")
+    return found[0]
+
+
+# embeddings x sqrt(d_model) -------------------------------------------------------------------------------------
+def check_scaled_embedding(cls: type) -> None:
+    """Check ``cls(vocab, d_model)``: one ``nn.Embedding``; ``forward(tokens)`` ``(batch, len)`` ids ->
+    ``embedding(tokens) * sqrt(d_model)`` ``(batch, len, d_model)``."""
+    rng = random.Random(21)
+    torch.manual_seed(21)
+    for _ in range(3):
+        vocab, d_model = rng.randint(5, 30), rng.choice([8, 16, 36, 64])
+        module = call(cls, vocab, d_model, what=f"Embeddings({vocab}, {d_model})")
+        expect(isinstance(module, nn.Module), f"Embeddings(...) should build an nn.Module, got {type(module).__name__}")
+        table = _only(module, nn.Embedding, "Embeddings", "embedding")
+        expect(tuple(table.weight.shape) == (vocab, d_model),
+               f"the embedding table should be (vocab, d_model) = {(vocab, d_model)}, got {tuple(table.weight.shape)}")
+        tokens = torch.randint(0, vocab, (rng.randint(1, 3), rng.randint(2, 6)))
+        got = output_of(call(module, tokens, what="your Embeddings"))
+        raw = table.weight.detach()[tokens]  # (batch, len, d_model)
+        root = math.sqrt(d_model)
+        diagnose(got.detach(), raw * root, {
+            "embeddings not scaled by sqrt(d_model): multiply by math.sqrt(d_model) (paper, section 3.4), so that "
+            "they are not drowned by the positional encoding": raw,
+            "embeddings divided by sqrt(d_model): the paper *multiplies* them by sqrt(d_model)": raw / root,
+            "embeddings scaled by d_model: the factor is sqrt(d_model)": raw * d_model,
+        }, "your embeddings should be embedding(tokens) * sqrt(d_model)")
+        got.sum().backward()
+        expect(table.weight.grad is not None and close(table.weight.grad.abs().sum(),
+                                                       torch.tensor(float(tokens.numel() * d_model) * root)),
+               "the gradient does not reach the embedding table with the factor sqrt(d_model): is the table "
+               "detached or the scale applied outside the graph (`.data`)?")
+    passed("check_scaled_embedding", "embedding(tokens) * sqrt(d_model) for several vocabularies and widths")
+
+
+# the generator ----------------------------------------------------------------------------------------------------
+def check_generator(cls: type) -> None:
+    """Check ``cls(d_model, vocab)``: one ``nn.Linear(d_model, vocab)``; ``forward(x)`` ``(batch, len, d_model)`` ->
+    log-probabilities ``(batch, len, vocab)`` (log-softmax over the vocabulary)."""
+    rng = random.Random(22)
+    torch.manual_seed(22)
+    for _ in range(3):
+        d_model, vocab = rng.choice([8, 12, 16]), rng.randint(5, 20)
+        module = call(cls, d_model, vocab, what=f"Generator({d_model}, {vocab})")
+        expect(isinstance(module, nn.Module), f"Generator(...) should build an nn.Module, got {type(module).__name__}")
+        proj = _only(module, nn.Linear, "Generator", "proj")
+        expect((proj.in_features, proj.out_features) == (d_model, vocab),
+               f"the projection should be nn.Linear(d_model, vocab) = ({d_model}, {vocab}), got "
+               f"({proj.in_features}, {proj.out_features})")
+        length = vocab + 1 if vocab < 19 else vocab - 1  # a different length, so the axis is recognisable
+        x = torch.randn(2, length, d_model) * 3
+        got = output_of(call(module, x, what="your Generator"))
+        with torch.no_grad():
+            logits = proj(x)  # (batch, len, vocab)
+        diagnose(got.detach(), logits.log_softmax(-1), {
+            "the output is the raw scores (logits): apply log_softmax over the vocabulary (dim=-1)": logits,
+            "the output is probabilities (softmax): return log_softmax(dim=-1), which is stable and what the "
+            "loss (NLLLoss / KL divergence) expects": logits.softmax(-1),
+            "log_softmax is taken over the wrong axis: normalise over the vocabulary, dim=-1":
+                logits.log_softmax(1),
+        }, "your generator should return proj(x).log_softmax(dim=-1)")
+        expect(close(got.exp().sum(-1), torch.ones(2, length), atol=1e-4),
+               "exp(output) should sum to 1 over the vocabulary for every position")
+    passed("check_generator", "nn.Linear(d_model, vocab) then log_softmax over the vocabulary")
+
+
+# weight tying -----------------------------------------------------------------------------------------------------
+def check_tie_weights(fn: Callable) -> None:
+    """Check ``fn(embedding, generator)``, which makes ``generator`` (an ``nn.Linear(d_model, vocab, bias=False)``)
+    use the very same weight Parameter as ``embedding`` (an ``nn.Embedding(vocab, d_model)``) (paper, 3.4)."""
+    torch.manual_seed(23)
+    vocab, d_model = 11, 8
+    embedding, generator = nn.Embedding(vocab, d_model), nn.Linear(d_model, vocab, bias=False)
+    result = call(fn, embedding, generator, what="your tie_weights")
+    expect(result is None or result is generator,
+           "tie the weights in place (assign generator.weight) and return nothing; the checker inspects the modules "
+           "it passed in")
+    w, e = generator.weight, embedding.weight
+    if w is e:
+        pair = nn.ModuleDict({"embedding": embedding, "generator": generator})
+        expect(count_parameters(pair) == vocab * d_model, "a tied matrix should be counted once")
+        loss = generator(embedding(torch.tensor([[1, 2]]))).logsumexp(-1).sum()
+        loss.backward()
+        expect(e.grad is not None, "no gradient reached the shared weight")
+        passed("check_tie_weights", "generator.weight is embedding.weight: one Parameter, one gradient, counted once")
+        return
+    if tuple(w.shape) == (d_model, vocab):
+        raise Mistake("the generator weight is transposed: nn.Linear(d_model, vocab).weight is already "
+                      "(vocab, d_model), the shape of the embedding table; share it as is")
+    if w.data_ptr() == e.data_ptr():
+        raise Mistake("the generator's weight shares storage with the embedding but is a separate Parameter (a new "
+                      "nn.Parameter(...) around it, or `.data =`): two leaves, two gradients, counted twice. Assign "
+                      "the Parameter itself: generator.weight = embedding.weight")
+    if close(w.detach(), e.detach()):
+        raise Mistake("tied weights copied instead of shared: the generator holds a copy of the embedding, so the two "
+                      "drift apart as soon as training starts. Assign the Parameter itself: "
+                      "generator.weight = embedding.weight (no .clone(), no copy_)")
+    raise Mistake("the generator's weight is not the embedding's: assign generator.weight = embedding.weight")
+
+
+# the parameter count ----------------------------------------------------------------------------------------------
+def _formula(c: TransformerConfig, *, cross: bool = True, biases: bool = True, norms: bool = True,
+             extra_tgt: bool = False, extra_gen: bool = False, full_heads: bool = False, out_proj: bool = True) -> int:
+    d, f = c.d_model, c.d_ff
+    b = 1 if biases else 0
+    proj = (c.heads * d * d) if full_heads else d * d
+    mha = 3 * (proj + b * d) + (d * d + b * d if out_proj else 0)
+    ff = 2 * d * f + b * (f + d)
+    ln = 2 * d if norms else 0
+    enc = c.num_encoder_layers * (mha + ff + 2 * ln)
+    dec = c.num_decoder_layers * ((2 if cross else 1) * mha + ff + 3 * ln)
+    emb = c.src_vocab * d + (c.tgt_vocab * d if (not c.share_embeddings or extra_tgt) else 0)
+    gen = c.tgt_vocab * d if (not c.tie_embeddings or extra_gen) else 0
+    return enc + dec + emb + gen
+
+
+def check_parameter_count(fn: Callable) -> None:
+    """Check ``fn(config) -> int``: the number of parameters of ``Transformer(config)`` for configs that vary
+    sizes, layer counts, vocabularies, ``share_embeddings`` and ``tie_embeddings`` (sinusoidal positions,
+    biases, post-norm)."""
+    rng = random.Random(24)
+    configs = [TransformerConfig()]  # the base model: 63,082,496 with a shared 37,000-token vocabulary
+    for share, tie in ((True, True), (False, True), (False, False), (True, False)):
+        heads = rng.choice([2, 4])
+        vocab = rng.randint(20, 60)
+        configs.append(TransformerConfig(
+            src_vocab=vocab, tgt_vocab=vocab if share else vocab + rng.randint(1, 9), d_model=heads * 4, heads=heads,
+            d_ff=rng.choice([24, 40]), num_encoder_layers=rng.randint(1, 3), num_decoder_layers=rng.randint(1, 3),
+            share_embeddings=share, tie_embeddings=tie, max_len=64))
+    for c in configs:
+        truth = count_parameters(Transformer(c)) if c.d_model < 64 else _formula(c)
+        got = call(fn, replace(c), what="your parameter-count function")
+        expect(isinstance(got, int) and not isinstance(got, bool),
+               f"return an int, got {type(got).__name__} ({got!r}); use integer arithmetic (// not /)")
+        if got == truth:
+            continue
+        settings = (f"d_model={c.d_model}, heads={c.heads}, d_ff={c.d_ff}, N_enc={c.num_encoder_layers}, "
+                    f"N_dec={c.num_decoder_layers}, vocab={c.src_vocab}/{c.tgt_vocab}, "
+                    f"share_embeddings={c.share_embeddings}, tie_embeddings={c.tie_embeddings}")
+        suspects = {
+            "the tied generator is counted again: with tie_embeddings it reuses the target embedding matrix, which "
+            "counts once": _formula(c, extra_gen=True) if c.tie_embeddings else None,
+            "shared embeddings are counted twice: with share_embeddings the source and target use one matrix":
+                _formula(c, extra_tgt=True) if c.share_embeddings else None,
+            "the decoder's cross-attention is missing: a decoder layer has two attention sub-layers (self and "
+            "cross), each 4 d_model^2 + 4 d_model": _formula(c, cross=False),
+            "the biases are missing: every nn.Linear has a bias (d_ff + d_model in the feed-forward, 4 d_model in "
+            "attention)": _formula(c, biases=False),
+            "the layer norms are missing: 2 d_model each (gain and shift), two per encoder layer, three per "
+            "decoder layer": _formula(c, norms=False),
+            "each head seems to get full d_model x d_model projections: the heads split d_model, so W^Q, W^K, W^V "
+            "are d_model x d_model in all (heads x d_model x d_k)": _formula(c, full_heads=True),
+            "the output projection W^O (d_model^2 + d_model per attention) is missing": _formula(c, out_proj=False),
+        }
+        for hint, value in suspects.items():
+            if value is not None and got == value:
+                raise Mistake(f"{hint} [{settings}: expected {truth:,}, got {got:,}]")
+        raise Mistake(f"for {settings} expected {truth:,} parameters, got {got:,} (off by {got - truth:+,})")
+    passed("check_parameter_count", f"your formula gives the exact count for {len(configs)} configurations, the "
+           f"base model included ({_formula(configs[0]):,})")
