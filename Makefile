@@ -27,7 +27,16 @@ sync: setup  ## write each notebook from its py:percent script (keeps outputs)
 	$(VENV)/bin/jupytext --sync notebooks/*.py
 
 notebooks: setup  ## execute every chapter in place so its stored outputs are fresh
-	$(PY) -m tfm_lesson.course execute notebooks/*.ipynb
+	$(PY) -m tfm_lesson.course execute notebooks/[0-9][0-9]_*.ipynb
+
+book: setup  ## build the Jupyter Book into book/_build/html (offline, from the stored outputs)
+	$(PY) -m tfm_lesson.course book
+
+student: setup  ## student copies of every chapter (solutions removed) in student/
+	$(PY) -m tfm_lesson.course student --out student
+
+bench: setup  ## benchmarks against torch.nn (BENCHMARKS.md)
+	$(PY) -m tfm_lesson.bench
 
 clean:
-	rm -rf $(VENV) book/_build
+	rm -rf $(VENV) book/_build book/notebooks book/_extra student artifacts

@@ -1,0 +1,97 @@
+"""The repository agrees with itself: notebook pairs in sync, set-up cell, requirements, chapter structure."""
+from __future__ import annotations
+
+import re
+import tomllib
+
+import jupytext
+import nbformat
+import pytest
+
+from tfm_lesson.course import SETUP_CELL, chapters
+
+from conftest import ROOT
+
+NOTEBOOKS = chapters(ROOT / "notebooks")
+CONTENT = [nb for nb in NOTEBOOKS if int(nb.name[:2]) <= 9]  # chapters 00-09: exercises with checkers
+
+
+def _cells(nb) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", ()))) for c in nb.cells]
+
+
+def test_there_are_chapters():
+    assert len(NOTEBOOKS) >= 10, [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_paired_and_in_sync(path):
+    script = path.with_suffix(".py")
+    assert script.exists(), f"{path.name} has no py:percent pair {script.name}"
+    nb = nbformat.read(path, as_version=4)
+    assert "py:percent" in nb.metadata.get("jupytext", {}).get("formats", ""), f"{path.name} is not paired"
+    from_script = jupytext.read(script)
+    assert _cells(from_script) == _cells(nb), (
+        f"{path.name} and {script.name} differ: run `.venv/bin/jupytext --sync {script}`")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_first_code_cell_is_the_setup_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert first.source.strip() == SETUP_CELL.strip()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_outputs_are_clean_and_small(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), f"{path.name} has unexecuted cells: run `make notebooks`"
+    errors = [c.source[:60] for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"{path.name} was saved with errors in: {errors}"
+    assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs), f"{path.name} shows no figure"
+    assert path.stat().st_size < 2_000_000, f"{path.name} is {path.stat().st_size / 1e6:.1f} MB"
+    text = path.read_text()
+    assert "/work/" not in text and "/root/" not in text, f"{path.name} holds a machine-specific path"
+
+
+@pytest.mark.parametrize("path", CONTENT, ids=lambda p: p.stem)
+def test_content_chapter_has_checked_exercises(path):
+    nb = nbformat.read(path, as_version=4)
+    cells = nb.cells
+    solutions = [i for i, c in enumerate(cells) if "solution" in c.metadata.get("tags", ())]
+    assert len(solutions) >= 3, f"{path.name} has {len(solutions)} exercises with solutions, expected >= 3"
+    for i in solutions:
+        assert cells[i].cell_type == "code"
+        assert i + 1 < len(cells) and "check_" in cells[i + 1].source, (
+            f"{path.name}: the cell after solution cell {i} does not call a checker")
+        assert "passed" in "".join(o.get("text", "") for o in cells[i + 1].outputs), (
+            f"{path.name}: the checker after solution cell {i} did not print its success line")
+
+
+def _requirement_names(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        line = line.split("#")[0].strip()
+        if line:
+            name = re.split(r"[<>=!~ \[]", line, maxsplit=1)[0].lower().replace("_", "-")
+            out[name] = line.replace(" ", "")
+    return out
+
+
+def test_requirements_and_environment_agree():
+    req = _requirement_names((ROOT / "requirements.txt").read_text().splitlines())
+    env_lines = [ln.strip()[2:] for ln in (ROOT / "environment.yml").read_text().splitlines()
+                 if ln.startswith("      - ")]
+    env = _requirement_names(env_lines)
+    assert req == env, f"requirements.txt and environment.yml differ: {set(req.items()) ^ set(env.items())}"
+    deps = _requirement_names(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    missing = {n: s for n, s in deps.items() if req.get(n) != s}
+    assert not missing, f"pyproject dependencies not in requirements.txt as written: {missing}"
+
+
+def test_readme_lists_every_chapter_and_the_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    for path in NOTEBOOKS:
+        assert path.name in readme, f"README does not list {path.name}"
+    assert "make course" in readme and "make test" in readme
