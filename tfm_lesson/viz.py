@@ -194,7 +194,8 @@ def show_attention(weights, x_tokens=None, y_tokens=None, title: str | None = No
     low = vmin if vmin is not None else float(np.nanmin(arr))
     if top <= low:
         top = low + 1.0
-    im = ax.imshow(arr, cmap=WEIGHT_CMAP, vmin=low, vmax=top, aspect="auto" if max(q_len, k_len) > 40 else "equal",
+    square = max(q_len, k_len) <= 40 and max(q_len, k_len) <= 2.5 * min(q_len, k_len)
+    im = ax.imshow(arr, cmap=WEIGHT_CMAP, vmin=low, vmax=top, aspect="equal" if square else "auto",
                    interpolation="nearest")
     _set_ticks(ax, x_labels, k_len, "x")
     _set_ticks(ax, y_labels, q_len, "y")
@@ -272,11 +273,12 @@ def show_heads(weights, x_tokens=None, y_tokens=None, title: str | None = None, 
     return fig
 
 
-def show_mask(mask, x_tokens=None, y_tokens=None, title: str | None = None) -> Figure:
+def show_mask(mask, x_tokens=None, y_tokens=None, title: str | None = None, ax=None) -> Figure:
     """A boolean mask (True = may attend) as a two-colour picture: light = may attend, dark = blocked.
 
     Accepts ``(q_len, k_len)``, leading size-1 dimensions (``(1, 1, q, k)``), or a padding mask
-    ``(1, 1, 1, k_len)`` / ``(k_len,)``, drawn as one row that holds for every query.
+    ``(1, 1, 1, k_len)`` / ``(k_len,)``, drawn as one row that holds for every query. With ``ax`` the
+    picture is drawn into that axes and its figure is returned.
     """
     arr = _as_array(mask, "mask")
     if arr.dtype != bool:
@@ -292,9 +294,12 @@ def show_mask(mask, x_tokens=None, y_tokens=None, title: str | None = None) -> F
     q_len, k_len = arr.shape
     x_labels = _labels(x_tokens, k_len, "x_tokens", "keys (columns)")
     y_labels = _labels(y_tokens, q_len, "y_tokens", "queries (rows)") if q_len > 1 or y_tokens is not None else None
-    w, h = _heatmap_size(q_len, k_len)
-    fig = _figure(w + 0.8, h)
-    ax = fig.add_subplot()
+    if ax is None:
+        w, h = _heatmap_size(q_len, k_len)
+        fig = _figure(w + 0.8, h)
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
     cmap = matplotlib.colormaps["cividis"]
     blocked, visible = cmap(0.12), cmap(0.92)
     ax.imshow(arr.astype(float), cmap=ListedColormap([blocked, visible]), vmin=0, vmax=1, interpolation="nearest",

@@ -1,0 +1,568 @@
+"""Explorers: drag a slider, type a sentence, and watch attention change (ipywidgets 8).
+
+Each function returns an :class:`Explorer`, an ``ipywidgets.VBox`` of controls above a picture. Every
+picture is a :mod:`tfm_lesson.viz` figure rendered to PNG into an ``ipywidgets.Image``: no matplotlib
+widget backend, no JavaScript beyond ipywidgets' own, no CDN.
+
+Where no widget frontend runs (nbval, the book, GitHub, a notebook opened without its kernel) the
+explorer shows a static PNG of its state when it was displayed (its default state): its mimebundle holds
+``image/png`` and ``text/plain`` next to the widget view. A frontend that knows widgets picks the live
+view; JupyterLab 4 / Notebook 7 with ipywidgets 8 fall back to the PNG when the widget model is gone.
+
+The book (Jupyter Book 1.x, myst-nb) must be told to prefer the PNG, since no widget state is stored in
+the notebooks and myst-nb would otherwise pick the widget view (an empty box, plus JavaScript from a CDN).
+In ``book/_config.yml``::
+
+    sphinx:
+      config:
+        nb_mime_priority_overrides:
+          - ["html", "application/vnd.jupyter.widget-view+json", null]
+          - ["latex", "application/vnd.jupyter.widget-view+json", null]
+        nb_ipywidgets_js: {}
+
+(``null`` removes the widget view from the candidates, so ``image/png`` is chosen.)
+"""
+from __future__ import annotations
+
+import base64
+import math
+import textwrap
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import ipywidgets as widgets
+import numpy as np
+import torch
+from matplotlib.patches import Rectangle
+from torch import Tensor, nn
+
+from . import viz
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .masks import causal_mask, combine_masks
+from .positional import sinusoidal_table
+from .recording import record_attention
+
+__all__ = [
+    "Explorer", "temperature_explorer", "mask_explorer", "head_explorer", "positional_explorer",
+    "attention_explorer", "translate_widget",
+]
+
+HIGHLIGHT = "#E69F00"  # Okabe-Ito orange: frames the selected row / head / dimension
+SENTENCE = ["the", "cat", "sat", "on", "the", "mat"]
+
+
+class Explorer(widgets.VBox):
+    """Controls above a figure; every change of a control re-renders the figure.
+
+    ``controls``: name -> widget (each observed on ``value``); ``render()`` returns a
+    :class:`matplotlib.figure.Figure` for the current values. ``png`` is the picture now shown;
+    ``figure`` the Figure it came from; ``error`` the message of a failed render (shown in red), else "".
+    """
+
+    def __init__(self, name: str, controls: dict[str, widgets.Widget], render: Callable[[], "viz.Figure"],
+                 note: str = "") -> None:
+        super().__init__()
+        self.name = name
+        self.controls = controls
+        self._render = render
+        self._held = 0
+        self.figure = None
+        self.error = ""
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto"))
+        self.status = widgets.HTML("")
+        bar = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
+        children = [bar, self.image, self.status]
+        if note:
+            children.insert(0, widgets.HTML(f"<small>{note}</small>"))
+        self.children = children
+        self.add_class("tfm-explorer")
+        self.image.add_class("tfm-explorer-figure")
+        for control in controls.values():
+            control.observe(self._changed, names="value")
+        self.refresh()
+
+    @contextmanager
+    def hold(self, refresh: bool = True) -> Iterator[None]:
+        """Change several controls at once and render once, at the end (or not at all: ``refresh=False``)."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+        if refresh and not self._held:
+            self.refresh()
+
+    def _changed(self, change: dict) -> None:
+        if not self._held:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Render the figure for the current control values (errors are shown, not raised)."""
+        try:
+            fig = self._render()
+            self.image.value = viz.figure_png(fig)
+            self.figure, self.error = fig, ""
+            self.status.value = ""
+        except Exception as exc:  # a half-typed sentence must not kill the widget
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.status.value = f"<span style='color:#D55E00'>{_escape(self.error)}</span>"
+
+    @property
+    def png(self) -> bytes:
+        return bytes(self.image.value)
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        data = super()._repr_mimebundle_(**kwargs) or {}
+        data["text/plain"] = f"<{self.name}: interactive in a notebook with a live kernel; static picture elsewhere>"
+        if self.image.value:
+            data["image/png"] = base64.b64encode(self.png).decode("ascii")
+        return data
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slider(description: str, value: int, low: int, high: int) -> widgets.IntSlider:
+    return widgets.IntSlider(value=value, min=low, max=high, step=1, description=description,
+                             continuous_update=False, style={"description_width": "initial"})
+
+
+def _matrix(x: object, name: str, expected: str) -> Tensor:
+    """A ``(len, d)`` float tensor from a tensor/array, leading size-1 dimensions dropped."""
+    t = x.detach() if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x, dtype=np.float32))
+    while t.dim() > 2 and t.size(0) == 1:
+        t = t[0]
+    if t.dim() != 2 or t.numel() == 0:
+        raise ValueError(f"{name} must be shaped {expected}, got shape {tuple(t.shape)}")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must hold floating-point numbers, got dtype {t.dtype}")
+    return t.to("cpu", torch.float32)
+
+
+def _frame(ax, x0: float, y0: float, width: float, height: float, lw: float = 2.5) -> None:
+    ax.add_patch(Rectangle((x0, y0), width, height, fill=False, edgecolor=HIGHLIGHT, linewidth=lw, clip_on=False))
+
+
+def _head_grid(fig_or_subfig, weights: np.ndarray, selected: int, title: str) -> None:
+    """Small maps of every head ``(heads, q, k)`` on one colour scale; the selected head framed."""
+    heads = weights.shape[0]
+    cols = min(4, heads)
+    rows = math.ceil(heads / cols)
+    axes = fig_or_subfig.subplots(rows, cols, squeeze=False).ravel()
+    top = float(weights.max()) if weights.size and weights.max() > 0 else 1.0
+    for h, ax in enumerate(axes):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if h >= heads:
+            ax.set_visible(False)
+            continue
+        ax.imshow(weights[h], cmap=viz.WEIGHT_CMAP, vmin=0, vmax=top, aspect="auto", interpolation="nearest")
+        ax.set_title(f"head {h}", fontsize=viz.FONT - 1, color=HIGHLIGHT if h == selected else "black",
+                     fontweight="bold" if h == selected else "normal")
+        if h == selected:
+            for spine in ax.spines.values():
+                spine.set_edgecolor(HIGHLIGHT)
+                spine.set_linewidth(3)
+    fig_or_subfig.suptitle(title, fontsize=viz.FONT)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# chapter 01: the scale in softmax(Q K^T / s)
+def temperature_explorer(query=None, key=None, tokens: Sequence[str] | None = None) -> Explorer:
+    """Slide the scale ``s`` of ``softmax(Q Kᵀ / s)`` and watch the weights sharpen (small ``s``) or flatten
+    (large ``s``); ``s = sqrt(d_k)`` is the paper's choice. A second slider picks the query whose weights
+    are drawn as bars, with their entropy.
+
+    query ``(q_len, d_k)``, key ``(k_len, d_k)`` (default: the query, i.e. self-attention); without them,
+    six random 16-dimensional queries and keys, one per word of "the cat sat on the mat". ``tokens`` label the keys
+    (and the queries when there are as many).
+    """
+    if query is None:
+        generator = torch.Generator().manual_seed(0)
+        query = torch.randn(len(SENTENCE), 16, generator=generator)
+        key = torch.randn(len(SENTENCE), 16, generator=generator) if key is None else key
+        tokens = SENTENCE if tokens is None else tokens
+    q = _matrix(query, "query", "(q_len, d_k)")
+    k = q if key is None else _matrix(key, "key", "(k_len, d_k)")
+    if k.size(1) != q.size(1):
+        raise ValueError(f"query and key must share d_k: query has {q.size(1)} features, key has {k.size(1)}")
+    d_k = q.size(1)
+    x_labels = viz._labels(tokens, k.size(0), "tokens", "keys") if tokens is not None else None
+    y_labels = x_labels if x_labels is not None and q.size(0) == k.size(0) else None
+    raw = (q @ k.T).double()  # (q_len, k_len)
+
+    scale = widgets.FloatLogSlider(value=math.sqrt(d_k), base=2, min=-3, max=6, step=0.25, description="scale s",
+                                   readout_format=".2f", continuous_update=False)
+    row = _slider("query", 0, 0, q.size(0) - 1)
+
+    def render():
+        s, i = scale.value, row.value
+        weights = (raw / s).softmax(-1).numpy()  # (q_len, k_len)
+        fig = viz.Figure(figsize=(9.6, 3.7), dpi=viz.DPI, layout="constrained")
+        left, right = fig.subplots(1, 2, width_ratios=[1.25, 1])
+        viz.show_attention(weights, x_labels, y_labels, title=f"softmax(QKᵀ / s) with s = {s:.2f}", ax=left, vmax=1)
+        _frame(left, -0.5, i - 0.5, weights.shape[1], 1)
+        p = weights[i]
+        entropy = float(-(p * np.log(np.clip(p, 1e-12, None))).sum())
+        names = x_labels or [str(j) for j in range(len(p))]
+        right.bar(range(len(p)), p, color=viz.PALETTE[0], edgecolor="black", linewidth=0.5)
+        right.set_xticks(range(len(p)))
+        right.set_xticklabels(names, rotation=60 if len(p) > 8 else 0, fontsize=viz.FONT - 1)
+        right.set_ylim(0, 1.05)
+        right.grid(True, axis="y", alpha=0.3)
+        who = f"'{y_labels[i]}'" if y_labels else str(i)
+        viz._style_axes(right, f"query {who}: entropy {entropy:.2f} nats (uniform {math.log(len(p)):.2f})",
+                        "key", "weight")
+        fig.suptitle(f"d_k = {d_k}, so the paper's scale is sqrt(d_k) = {math.sqrt(d_k):.2f}; "
+                     f"smaller s sharpens, larger s flattens", fontsize=viz.FONT)
+        return fig
+
+    return Explorer("temperature_explorer", {"scale": scale, "query": row}, render)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# chapter 02: padding and causal masks
+PADDED_WORDS = ["we", "read", "the", "paper", "about", "attention", "and", "masks", "on", "a", "slow", "train"]
+
+
+def mask_explorer(lengths: Sequence[int] = (6, 4), causal: bool = False) -> Explorer:
+    """A batch of sentences padded to one length. Slide each sentence's real length, toggle the causal mask,
+    pick the sentence to inspect; see the batch's padding, that sentence's full mask ``(q_len, k_len)`` and
+    the attention weights it produces (blocked keys get exactly 0)."""
+    if isinstance(lengths, int) or not isinstance(lengths, Sequence) or not 1 <= len(lengths) <= 4:
+        raise ValueError(f"lengths must be a sequence of 1 to 4 positive ints (one per sentence), got {lengths!r}")
+    if any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 10 for n in lengths):
+        raise ValueError(f"lengths must hold ints in [1, 10], got {tuple(lengths)}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    padded = max(max(lengths) + 2, 6)  # room to grow
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(padded, 8, generator=generator)
+    k = torch.randn(padded, 8, generator=generator)
+    v = torch.randn(padded, 8, generator=generator)
+
+    sliders = {f"length {b}": _slider(f"length of sentence {b}", n, 1, padded) for b, n in enumerate(lengths)}
+    causal_box = widgets.Checkbox(value=causal, description="causal mask", indent=False)
+    pick = widgets.Dropdown(options=[(f"sentence {b}", b) for b in range(len(lengths))], value=0,
+                            description="inspect", layout=widgets.Layout(width="180px"))
+
+    def render():
+        real = torch.tensor([s.value for s in sliders.values()])  # (batch,)
+        keep = torch.arange(padded)[None, :] < real[:, None]  # (batch, k_len): True = real token
+        b = pick.value
+        words = PADDED_WORDS[:padded]
+        tokens = [w if j < real[b] else "<pad>" for j, w in enumerate(words)]
+        mask = keep[b][None, :].expand(padded, padded)  # (q_len, k_len): padding hides keys
+        mask = combine_masks(mask, causal_mask(padded) if causal_box.value else None)
+        _, weights = scaled_dot_product_attention(q, k, v, mask)  # (q_len, k_len)
+        fig = viz.Figure(figsize=(10, 3.9), dpi=viz.DPI, layout="constrained")
+        batch_ax, mask_ax, weight_ax = fig.subplots(1, 3, width_ratios=[1, 1, 1.25])
+        viz.show_mask(keep, title="padding of the batch", ax=batch_ax)
+        batch_ax.get_legend().remove()
+        batch_ax.set_ylabel("sentence", fontsize=viz.FONT)
+        batch_ax.set_yticks(range(len(lengths)))
+        batch_ax.set_yticklabels([str(i) for i in range(len(lengths))])
+        batch_ax.set_xlabel("position", fontsize=viz.FONT)
+        _frame(batch_ax, -0.5, b - 0.5, padded, 1)
+        kind = "padding + causal" if causal_box.value else "padding only"
+        viz.show_mask(mask, tokens, tokens, title=f"sentence {b}: {kind}", ax=mask_ax)
+        mask_ax.get_legend().remove()
+        viz.show_attention(weights, tokens, tokens, title="weights: blocked keys get 0", ax=weight_ax, vmax=1)
+        fig.suptitle(f"light = may attend, dark = blocked; {int(mask.sum())} of {mask.numel()} pairs visible",
+                     fontsize=viz.FONT)
+        return fig
+
+    return Explorer("mask_explorer", {**sliders, "causal": causal_box, "inspect": pick}, render)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# chapter 03: one head at a time
+def _default_input(d_model: int, tokens: Sequence[str]) -> Tensor:
+    """Same word -> same vector, plus sinusoidal positions: ``(1, len, d_model)``."""
+    generator = torch.Generator().manual_seed(1)
+    vocab = {w: i for i, w in enumerate(dict.fromkeys(tokens))}
+    table = torch.randn(len(vocab), d_model, generator=generator)
+    x = table[[vocab[w] for w in tokens]] + sinusoidal_table(len(tokens), d_model)  # (len, d_model)
+    return x[None]
+
+
+def head_explorer(mha: MultiHeadAttention | None = None, x=None, tokens: Sequence[str] | None = None) -> Explorer:
+    """Pick a head of a :class:`tfm_lesson.MultiHeadAttention` and see its self-attention map over ``x``,
+    as weights or as the scores ``q·k / sqrt(d_k)`` before the softmax, next to the grid of all heads.
+
+    mha: default a seeded ``MultiHeadAttention(d_model=32, heads=4)``; x ``(seq_len, d_model)`` or
+    ``(1, seq_len, d_model)``: default one vector per word of ``tokens`` plus sinusoidal positions.
+    """
+    if mha is None:
+        torch.manual_seed(0)
+        mha = MultiHeadAttention(32, 4)
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be a tfm_lesson.MultiHeadAttention, got {type(mha).__name__}")
+    if x is None:
+        tokens = list(tokens) if tokens is not None else SENTENCE + ["because", "it", "was", "warm"]
+        x = _default_input(mha.d_model, tokens)
+    x = _matrix(x, "x", "(seq_len, d_model)")
+    if x.size(1) != mha.d_model:
+        raise ValueError(f"x has {x.size(1)} features, expected d_model={mha.d_model}")
+    labels = viz._labels(tokens, x.size(0), "tokens", "positions of x") if tokens is not None else None
+    device = next(mha.parameters()).device
+    was_training = mha.training
+    mha.eval()
+    with torch.no_grad():
+        xb = x[None].to(device)  # (1, seq_len, d_model)
+        _, weights = mha(xb, xb, xb, need_weights=True)  # (1, heads, q, k)
+        q = mha.w_q(xb).view(1, -1, mha.heads, mha.d_k).transpose(1, 2)  # (1, heads, q, d_k)
+        k = mha.w_k(xb).view(1, -1, mha.heads, mha.d_k).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(mha.d_k)  # (1, heads, q, k)
+    mha.train(was_training)
+    weights, scores = weights[0].cpu().double().numpy(), scores[0].cpu().double().numpy()
+
+    head = _slider("head", 0, 0, mha.heads - 1)
+    view = widgets.ToggleButtons(options=["weights", "scores"], value="weights", description="show",
+                                 style={"button_width": "80px"})
+
+    def render():
+        h = head.value
+        fig = viz.Figure(figsize=(10, 3.9), dpi=viz.DPI, layout="constrained")
+        left, right = fig.subfigures(1, 2, width_ratios=[1.1, 1])
+        ax = left.subplots()
+        if view.value == "weights":
+            viz.show_attention(weights[h], labels, labels, title=f"head {h}: weights", ax=ax)
+        else:
+            lim = float(np.abs(scores[h]).max()) or 1.0
+            im = ax.imshow(scores[h], cmap=viz.DIVERGING_CMAP, vmin=-lim, vmax=lim, interpolation="nearest")
+            n = scores.shape[-1]
+            viz._set_ticks(ax, labels, n, "x")
+            viz._set_ticks(ax, labels, n, "y")
+            viz._style_axes(ax, f"head {h}: scores q·k / sqrt(d_k) (before softmax)", "key", "query")
+            left.colorbar(im, ax=ax, shrink=0.85).set_label("score", fontsize=viz.FONT)
+        _head_grid(right, weights, h, f"all {mha.heads} heads (d_k = {mha.d_k} each)")
+        return fig
+
+    return Explorer("head_explorer", {"head": head, "show": view}, render)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# chapter 04: sinusoidal positional encoding
+def positional_explorer(d_model: int = 64, max_len: int = 64) -> Explorer:
+    """The sinusoidal table ``PE(pos, i)``: pick a dimension ``i`` (its wave, highlighted in the table) and an
+    offset ``k``; the wave shifted by ``k`` and the dot product ``PE(pos)·PE(pos+k)``, the same at every
+    position: it depends on the offset only, which is why attention can read relative positions."""
+    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 2 or d_model % 2:
+        raise ValueError(f"d_model must be an even int >= 2, got {d_model!r}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 4 <= max_len <= 2048:
+        raise ValueError(f"max_len must be an int in [4, 2048], got {max_len!r}")
+    table = sinusoidal_table(2 * max_len, d_model).double().numpy()  # room for pos + offset
+    dim = _slider("dimension i", min(4, d_model - 1), 0, d_model - 1)
+    offset = _slider("offset k", min(4, max_len // 2), 0, max_len // 2)
+
+    def render():
+        i, k = dim.value, offset.value
+        pos = np.arange(max_len)
+        fig = viz.Figure(figsize=(10, 3.6), dpi=viz.DPI, layout="constrained")
+        heat, wave, dots = fig.subplots(1, 3, width_ratios=[1.1, 1, 1])
+        im = heat.imshow(table[:max_len], cmap=viz.DIVERGING_CMAP, vmin=-1, vmax=1, aspect="auto",
+                         interpolation="nearest")
+        _frame(heat, i - 0.5, -0.5, 1, max_len, lw=2)
+        viz._style_axes(heat, f"PE table ({max_len} x {d_model})", "dimension i", "position pos")
+        fig.colorbar(im, ax=heat, shrink=0.85, pad=0.02).ax.tick_params(labelsize=viz.FONT - 1)
+        wavelength = 2 * math.pi * 10000 ** (2 * (i // 2) / d_model)
+        wave.plot(pos, table[pos, i], color=viz.PALETTE[0], label=f"PE(pos, {i})")
+        wave.plot(pos, table[pos + k, i], color=viz.PALETTE[3], linestyle="--", label=f"PE(pos + {k}, {i})")
+        wave.set_ylim(-1.15, 1.4)
+        wave.legend(fontsize=viz.FONT - 1, frameon=False, loc="upper right", ncol=2)
+        wave.grid(True, alpha=0.3)
+        viz._style_axes(wave, f"{'sin' if i % 2 == 0 else 'cos'}, wavelength {wavelength:,.1f} positions",
+                        "position pos", "value")
+        dot = (table[pos] * table[pos + k]).sum(-1)  # (max_len,)
+        dots.plot(pos, dot, color=viz.PALETTE[2], linewidth=2)
+        dots.set_ylim(-0.05 * d_model, 0.55 * d_model + 0.5)
+        dots.grid(True, alpha=0.3)
+        viz._style_axes(dots, f"PE(pos)·PE(pos+{k}) = {dot.mean():.2f} at every pos", "position pos", "dot product")
+        return fig
+
+    return Explorer("positional_explorer", {"dimension": dim, "offset": offset}, render)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# chapters 07, 08, 12: every map of a Transformer
+def _token_names(vocab, ids: Sequence[int]) -> list[str]:
+    itos = getattr(vocab, "itos", None)
+    if itos is not None:
+        return [str(itos[i]) for i in ids]
+    return [vocab.decode([i], strip_special=False) for i in ids]
+
+
+def _greedy(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_len: int) -> list[int]:
+    """The model's own greedy output (ids after BOS, EOS excluded): the target when none is typed."""
+    memory = model.encode(src)
+    src_mask = model.make_src_mask(src)
+    ys = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)
+    for _ in range(max_len):
+        logits = model.generator(model.decode(ys, memory, src_mask)[:, -1])  # (1, tgt_vocab)
+        nxt = int(logits.argmax(-1))
+        if nxt == eos_id:
+            break
+        ys = torch.cat([ys, torch.full((1, 1), nxt, dtype=torch.long, device=src.device)], dim=1)
+    return ys[0, 1:].tolist()
+
+
+KIND_LABELS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (masked)",
+               "cross": "cross-attention (decoder → encoder)"}
+
+
+def attention_explorer(model: nn.Module, src_vocab, tgt_vocab=None, source: str = "",
+                       target: str = "") -> Explorer:
+    """Every attention map of a :class:`tfm_lesson.Transformer` on a sentence you type.
+
+    Type a source (and optionally a target; press Enter), pick the kind (encoder self-attention,
+    decoder self-attention, cross-attention), the layer and the head: the chosen map is drawn large, the
+    layer's heads as a grid. Vocabularies are duck-typed like ``tfm_lesson.data.Vocab``: ``encode(text,
+    bos=..., eos=...)``, ``itos`` (or ``decode``), ``bos_id``, ``eos_id``; unknown words become ``<unk>``.
+    Without a target the model's own greedy output is used (as teacher-forced decoder input after ``<s>``).
+    """
+    for attr in ("encode", "decode", "make_src_mask", "generator"):
+        if not hasattr(model, attr):
+            raise TypeError(f"model must be a tfm_lesson.Transformer (encode/decode/generator), got "
+                            f"{type(model).__name__} without {attr!r}")
+    tgt_vocab = src_vocab if tgt_vocab is None else tgt_vocab
+    for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
+        for attr in ("encode", "bos_id", "eos_id"):
+            if not hasattr(vocab, attr):
+                raise TypeError(f"{name} must be a vocabulary like tfm_lesson.data.Vocab; it has no {attr!r}")
+    if not source:
+        itos = getattr(src_vocab, "itos", [])
+        specials = {getattr(src_vocab, a, None) for a in ("pad_id", "bos_id", "eos_id", "unk_id")}
+        source = " ".join(str(t) for i, t in enumerate(itos) if i not in specials and str(t).strip()
+                          and not str(t).startswith("<"))
+        source = " ".join(source.split()[:5]) or "hello"
+    device = next(model.parameters()).device
+    heads = model.encoder.layers[0].self_attn.heads
+    source_box = widgets.Text(value=source, description="source", continuous_update=False,
+                              layout=widgets.Layout(width="380px"))
+    target_box = widgets.Text(value=target, description="target", continuous_update=False,
+                              placeholder="(empty: the model's greedy output)", layout=widgets.Layout(width="380px"))
+    kind = widgets.Dropdown(options=[(KIND_LABELS[k], k) for k in ("encoder", "decoder", "cross")], value="encoder",
+                            description="kind", layout=widgets.Layout(width="330px"))
+    layer = widgets.Dropdown(options=list(range(len(model.encoder.layers))), value=0, description="layer",
+                             layout=widgets.Layout(width="150px"))
+    head = _slider("head", 0, 0, heads - 1)
+    state: dict = {}
+
+    def run() -> None:
+        """Encode the typed text, run the model once while recording every map."""
+        key = (source_box.value, target_box.value)
+        if state.get("key") == key:
+            return
+        src_ids = list(src_vocab.encode(source_box.value, bos=False, eos=True))
+        src = torch.tensor([src_ids], dtype=torch.long, device=device)  # (1, src_len)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                if target_box.value.strip():
+                    tgt_ids = list(tgt_vocab.encode(target_box.value, bos=False, eos=False))
+                else:
+                    tgt_ids = _greedy(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id, max_len=len(src_ids) + 10)
+                tgt = torch.tensor([[tgt_vocab.bos_id, *tgt_ids]], dtype=torch.long, device=device)  # (1, tgt_len)
+                with record_attention(model) as record:
+                    model(src, tgt)
+        finally:
+            model.train(was_training)
+        state.update(key=key, record=record, src=_token_names(src_vocab, src_ids),
+                     tgt=_token_names(tgt_vocab, tgt[0].tolist()))
+
+    def on_kind(change: dict) -> None:
+        """Runs before the explorer's own observer: fit the layer choices, which then renders once."""
+        stack = model.encoder if change["new"] == "encoder" else model.decoder
+        before = layer.value if layer.value is not None else 0
+        with explorer.hold(refresh=False):
+            layer.options = list(range(len(stack.layers)))
+            layer.value = min(before, len(stack.layers) - 1)
+
+    kind.observe(on_kind, names="value")
+
+    def render():
+        run()
+        record, k, l, h = state["record"], kind.value, layer.value, head.value
+        maps = record.get(kind=k, layer=l)[0].cpu().double().numpy()  # (heads, q_len, k_len)
+        x_tok = state["src"] if k in ("encoder", "cross") else state["tgt"]
+        y_tok = state["src"] if k == "encoder" else state["tgt"]
+        fig = viz.Figure(figsize=(10, 4.0), dpi=viz.DPI, layout="constrained")
+        left, right = fig.subfigures(1, 2, width_ratios=[1.15, 1])
+        ax = left.subplots()
+        viz.show_attention(maps[h], x_tok, y_tok, title=f"{KIND_LABELS[k]}, layer {l}, head {h}", ax=ax,
+                           xlabel="key (source)" if k != "decoder" else "key (target so far)",
+                           ylabel="query (target)" if k != "encoder" else "query (source)")
+        _head_grid(right, maps, h, f"layer {l}: all {maps.shape[0]} heads")
+        return fig
+
+    explorer = Explorer("attention_explorer", {"source": source_box, "target": target_box, "kind": kind,
+                                               "layer": layer, "head": head}, render,
+                        note="Type a sentence and press Enter; unknown words become &lt;unk&gt;.")
+    return explorer
+
+
+# ---------------------------------------------------------------------------------------------------------
+# chapter 11: translate as you type
+def _split_result(result: object) -> tuple[str, object]:
+    if isinstance(result, str):
+        return result, None
+    if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], str):
+        return result[0], result[1]
+    if isinstance(result, dict) and "translation" in result:
+        return str(result["translation"]), result.get("attention")
+    raise TypeError("translate_fn must return a str, a (translation, attention) pair or a dict with "
+                    f"'translation' (and optionally 'attention'), got {type(result).__name__}")
+
+
+def _fit_labels(text: str, n: int, end: str) -> list[str] | None:
+    words = text.split()
+    if len(words) == n:
+        return words
+    if len(words) + 1 == n:
+        return words + [end]
+    return None
+
+
+def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> Explorer:
+    """Translate as you type: each change of the text calls ``translate_fn(text)`` and shows the result.
+
+    ``translate_fn`` returns the translation (a str), or ``(translation, attention)`` with a cross-attention
+    map ``(tgt_len, src_len)`` (e.g. averaged over heads), which is then drawn with word labels, or a dict
+    with those keys. Errors of ``translate_fn`` are shown under the picture instead of raised.
+    """
+    if not callable(translate_fn):
+        raise TypeError(f"translate_fn must be callable (text -> translation), got {type(translate_fn).__name__}")
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    box = widgets.Text(value=text, description="source", placeholder="type a sentence", continuous_update=True,
+                       layout=widgets.Layout(width="460px"))
+
+    def render():
+        source = box.value.strip()
+        translation, attention = _split_result(translate_fn(source)) if source else ("", None)
+        height = 1.5 if attention is None else 4.2
+        fig = viz.Figure(figsize=(8.5, height), dpi=viz.DPI, layout="constrained")
+        if attention is None:
+            ax = fig.add_subplot()
+            ax.axis("off")
+            shown = textwrap.fill(translation, 80) if source else "(type a sentence above)"
+            ax.text(0.0, 0.95, "source", fontsize=viz.FONT, color="grey", va="top", transform=ax.transAxes)
+            ax.text(0.12, 0.95, textwrap.fill(source, 80) or "—", fontsize=viz.FONT + 2, va="top",
+                    transform=ax.transAxes)
+            ax.text(0.0, 0.45, "translation", fontsize=viz.FONT, color="grey", va="top", transform=ax.transAxes)
+            ax.text(0.12, 0.45, shown, fontsize=viz.FONT + 2, va="top", color=viz.PALETTE[0],
+                    fontweight="bold", transform=ax.transAxes)
+            fig.suptitle("Translate as you type", fontsize=viz.FONT + 1)
+            return fig
+        weights = viz._squeeze_to(viz._as_array(attention, "attention"), 2, "attention", "(tgt_len, src_len)")
+        ax = fig.add_subplot()
+        viz.show_attention(weights, _fit_labels(source, weights.shape[1], "</s>"),
+                           _fit_labels(translation, weights.shape[0], "</s>"), ax=ax, vmax=1,
+                           xlabel="source", ylabel="translation",
+                           title=textwrap.shorten(f"{source}  →  {translation}", 110))
+        return fig
+
+    return Explorer("translate_widget", {"source": box}, render)
