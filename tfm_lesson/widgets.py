@@ -496,6 +496,9 @@ def attention_explorer(model: nn.Module, src_vocab, tgt_vocab=None, source: str 
                            xlabel="key (source)" if k != "decoder" else "key (target so far)",
                            ylabel="query (target)" if k != "encoder" else "query (source)")
         _head_grid(right, maps, h, f"layer {l}: all {maps.shape[0]} heads")
+        typed = "typed" if target_box.value.strip() else "greedy"
+        fig.suptitle(textwrap.shorten(f"source: {' '.join(state['src'])}   |   target ({typed}): "
+                                      f"{' '.join(state['tgt'])}", 140), fontsize=viz.FONT)
         return fig
 
     explorer = Explorer("attention_explorer", {"source": source_box, "target": target_box, "kind": kind,
