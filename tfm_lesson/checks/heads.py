@@ -219,6 +219,13 @@ def check_multi_head_attention(cls: type[nn.Module]) -> None:
         (2, 4, 4, 20, 5, "cross", "padding", torch.float32),
         (2, 6, 6, 16, 4, "self", "causal", torch.float64),
     ]
+    for j in range(2):  # and two random settings
+        heads = int(torch.randint(2, 5, (1,), generator=gen))
+        q_len = int(torch.randint(2, 7, (1,), generator=gen))
+        cases.append((int(torch.randint(1, 4, (1,), generator=gen)), q_len,
+                      q_len + int(torch.randint(1, 4, (1,), generator=gen)),
+                      heads * int(torch.randint(2, 7, (1,), generator=gen)), heads, "cross",
+                      ("padding", None)[j], DTYPES[j]))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
         for batch, q_len, k_len, d_model, heads, kind, mask_kind, dtype in cases:

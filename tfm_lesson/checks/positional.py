@@ -113,6 +113,9 @@ def _check_module(cls: type[nn.Module]) -> int:
     # axis show; odd d_model last.
     cases = [(3, 5, 8, 40, torch.float32), (2, 9, 16, 20, torch.float64), (4, 1, 6, 10, torch.float32),
              (1, 12, 32, 12, torch.float64), (5, 3, 7, 16, torch.float32)]
+    seq_len = int(torch.randint(2, 20, (1,), generator=gen))  # one random setting, batch != seq_len
+    cases.insert(-1, (seq_len + int(torch.randint(1, 4, (1,), generator=gen)), seq_len,
+                      2 * int(torch.randint(1, 20, (1,), generator=gen)), seq_len + 5, torch.float64))
     for batch, seq_len, d_model, max_len, dtype in cases:
         try:
             module = call(cls, d_model, max_len, what=f"{cls.__name__}(d_model={d_model}, max_len={max_len})")
