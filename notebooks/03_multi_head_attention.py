@@ -352,10 +352,11 @@ for n in (10, 100, 1000, 4000):
 # %% [markdown]
 # The loop and the vectorised version do the same arithmetic; the difference is how it is scheduled. The loop
 # issues $4h$ small matrix products per call where the vectorised version issues 4 big ones plus one batched
-# attention. On a CPU, where the big products dominate, the two come out close; on a GPU every small product is
-# a separate kernel launch and the loop falls behind. The fused kernel behind `tfm_lesson`'s fast path
-# (`F.scaled_dot_product_attention`) never materialises the `(batch, heads, n, n)` weights at all. A rough
-# timing on whatever machine runs this (not compared by the tests: it depends on the hardware and its load):
+# attention. How much that matters depends on the hardware: on a CPU, where the big products dominate, the gap
+# is modest; on a GPU every small product is a separate kernel launch and the loop falls far behind. The fused
+# kernel behind `tfm_lesson`'s fast path (`F.scaled_dot_product_attention`) goes further: it can compute the
+# output without ever storing the `(batch, heads, n, n)` weights. A rough timing on whatever machine runs this
+# (not compared by the tests: it depends on the hardware and its load):
 
 # %%
 big = MultiHeadAttention(512, 8).to(device).eval()
@@ -429,7 +430,8 @@ viz.show_heads(demo_weights[0], x_tokens=tokens, y_tokens=tokens,
 # ## Play with it
 #
 # Pick a head, and compare its map with the others'. Try the freshly initialised module too
-# (`widgets.head_explorer()` with no arguments), whose heads are nearly uniform: structure comes from training.
+# (`widgets.head_explorer()` with no arguments): its heads are far less structured, because structure comes from
+# training.
 
 # %%
 widgets.head_explorer(mha=demo, x=x_demo, tokens=tokens)

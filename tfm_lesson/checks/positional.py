@@ -91,7 +91,8 @@ def _check_table_fn(fn: Callable[[int, int], Tensor]) -> int:
             raise Mistake(f"for max_len={max_len}, d_model={d_model} the table has shape {tuple(got.shape)}, expected "
                           f"(max_len, d_model) = {tuple(want.shape)}. {hint}")
         diagnose(got.double(), want, _table_suspects(max_len, d_model),
-                 f"table(max_len={max_len}, d_model={d_model}) differs from PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), "
+                 f"table(max_len={max_len}, d_model={d_model}) differs from "
+                 "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), "
                  "PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))" + (f". {ODD}" if d_model % 2 else ""), atol=1e-5)
     return len(cases)
 
@@ -193,7 +194,8 @@ def check_learned_positional_encoding(cls: type[nn.Module]) -> None:
             setting = f"x of shape (batch={batch}, seq_len={seq_len}, d_model={d_model}), max_len={max_len}"
             expect(got.dtype == dtype, f"{setting}: output dtype is {got.dtype}, expected {dtype}")
             diagnose(got.double(), want.double(),
-                     {BATCH_AXIS: x.double() + table[:batch][:, None, :] if batch <= max_len else torch.full((), math.inf),
+                     {BATCH_AXIS: (x.double() + table[:batch][:, None, :] if batch <= max_len
+                                   else torch.full((), math.inf)),
                       SCALED_X: x.double() * math.sqrt(d_model) + table[:seq_len],
                       ONLY_PE: table[:seq_len].expand(batch, seq_len, d_model),
                       "the learned vectors look taken from the end of the table: position p uses row p "
