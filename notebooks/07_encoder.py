@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -189,7 +194,7 @@ print("without the mask, real positions unchanged:",
 
 # %% [markdown]
 # (The padded positions' *own* outputs are not meaningful — they are queries too, and still get computed —
-# which is why the loss of chapter 10 ignores them.)
+# and nothing downstream reads them: the decoder's cross-attention masks them as keys, chapter 08.)
 #
 # ### The stack
 #
@@ -278,6 +283,7 @@ for norm_first in (False, True):
         c = back(batch, src_key_padding_mask=key_padding)
     print(f"norm_first={norm_first}: from_torch equal: {torch.allclose(a, b, atol=1e-5)}, "
           f"to_torch equal: {torch.allclose(a, c, atol=1e-5)}")
+torch.backends.mha.set_fastpath_enabled(True)  # back to torch's default
 
 # %% [markdown]
 # ## See it: attention in every layer of an (untrained) encoder
@@ -465,5 +471,3 @@ check_load_encoder_layer(load_encoder_layer)
 #
 # Next, chapter 08: the decoder, which adds a causal mask and attends to this encoder's memory.
 
-# %%
-torch.backends.mha.set_fastpath_enabled(True)  # leave the global setting as we found it

@@ -160,7 +160,22 @@ print("cross_entropy(logits) == nll_loss(log_softmax):",
 # $n_\text{in}$ inputs and $n_\text{out}$ outputs it draws from $U(-a, a)$ with
 # $a = \sqrt{6 / (n_\text{in} + n_\text{out})}$, so the variance is $2/(n_\text{in} + n_\text{out})$ and, for a
 # square $W^Q$, the output of a layer has the variance of its input. Biases start at zero; embeddings at
-# $\mathcal{N}(0, 1/d_\text{model})$, which the $\sqrt{d_\text{model}}$ scale turns into unit variance.
+# $\mathcal{N}(0, 1/d_\text{model})$, which the $\sqrt{d_\text{model}}$ scale turns into unit variance. Layer-norm
+# gains and shifts are one-dimensional, so Xavier skips them: they stay 1 and 0.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+T.seed_everything(0)
+small = T.Transformer(src_vocab=100, tgt_vocab=100, d_model=64, heads=4, d_ff=128, num_encoder_layers=1,
+                      num_decoder_layers=1)
+layer0 = small.encoder.layers[0]
+print("std(W^Q) * sqrt((64 + 64) / 2):  ", round(layer0.self_attn.w_q.weight.std().item() * math.sqrt(64), 1))
+print("std(W_1) * sqrt((64 + 128) / 2): ", round(layer0.feed_forward.w_1.weight.std().item() * math.sqrt(96), 1))
+print("std(E) * sqrt(d_model):          ", round(small.src_embed.weight.std().item() * math.sqrt(64), 1))
+print("linear biases all zero:          ", all(bool((m.bias == 0).all()) for m in small.modules()
+                                               if isinstance(m, nn.Linear) and m.bias is not None))
+print("layer-norm gains all one:        ", bool((layer0.norm1.weight == 1).all()))
+del small
 #
 # ### Masks from pad ids
 #
