@@ -1,0 +1,402 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %%
+# Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("tfm_lesson") is None:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
+                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+
+# %% [markdown]
+# # 00 · Welcome: how this course works, and the shapes of attention
+#
+# Over the next chapters you will build the Transformer of *Attention Is All You Need* (Vaswani et al., 2017)
+# one piece at a time, in PyTorch, and prove every piece equal to PyTorch's own. This first chapter does two
+# things: it shows you how to work with the course, and it drills the one skill everything else rests on —
+# **reading and moving tensor shapes**. Attention is four matrix products and a softmax; almost every bug in a
+# from-scratch Transformer is a tensor that has the right numbers on the wrong axis.
+#
+# **What you will learn**
+#
+# - how to run a chapter (JupyterLab or Colab), how exercises and their checkers work, where the solutions are;
+# - the shapes attention lives in: `(batch, seq_len, d_model)` for a batch of sentences, and
+#   `(batch, heads, q_len, k_len)` for attention weights;
+# - batched matrix products, `transpose(-2, -1)` versus `.T`, broadcasting from the right, `view` versus `reshape`;
+# - choosing a device and fixing seeds, so the same code runs on a laptop CPU and a Colab GPU, reproducibly;
+# - a **shape tracer** that runs a model once and lists what goes in and out of every part of it.
+
+# %% [markdown]
+# ## How to use the course
+#
+# **Where to run it.** Each chapter is a Jupyter notebook. Locally, start `jupyter lab` in the repository and open
+# `notebooks/`; on Google Colab, open the chapter from its "Open in Colab" link. The first code cell of every
+# chapter installs the `tfm_lesson` package when it is missing (on Colab) and does nothing otherwise: run it
+# first. Nothing is downloaded after that — every data set in the course is generated on your machine.
+#
+# **Running cells.** Run cells from top to bottom with <kbd>Shift</kbd>+<kbd>Enter</kbd>. A chapter is written
+# to be run in order: later cells use names defined earlier. If you get lost (or edit a cell and things stop
+# making sense), use *Kernel → Restart Kernel and Run All Cells*: that is exactly how the course is tested, so
+# it always works from a fresh start. Every chapter runs in well under a minute on a laptop CPU.
+#
+# **Exercises.** Each chapter ends with at least three. An exercise has
+#
+# 1. a text cell stating the task, with the shapes of the inputs and of what to return;
+# 2. a code cell with a *stub*: the function is already named and its body is `...`, your turn to fill it in;
+# 3. a cell marked **solution** with a reference answer — if you want to try first, skip it (instructors hand
+#    out copies without these cells), and note that running it *replaces* your function by the solution;
+# 4. a cell that calls a **checker** from `tfm_lesson.checks` on your function.
+#
+# A checker runs your code on random inputs — several shapes, with and without leading `(batch, heads)`
+# dimensions, several dtypes — and compares it with the package's reference. When it passes, it prints one
+# line starting with ✔. When it fails, it raises an `AssertionError` whose message names the **symptom** and
+# the likely **mistake**: "your columns sum to one, not your rows: softmax over the wrong axis". Read the
+# message; it is written to be the hint a teaching assistant would give you.
+#
+# **The package.** Each component lives exactly once, in `tfm_lesson`. A chapter derives it slowly in front of
+# you, proves the package's version gives the same numbers as yours and as PyTorch's, and from then on simply
+# imports it. So chapter 07 builds an encoder out of the attention you understood in chapter 01, not out of a
+# mystery.
+
+# %%
+import math
+
+import torch
+
+import tfm_lesson
+from tfm_lesson import viz
+from tfm_lesson.checks import check_pairwise_scores, check_row_softmax, check_weighted_sum
+from tfm_lesson.shapes import trace_shapes
+
+tfm_lesson.seed_everything(0)
+device = tfm_lesson.default_device()
+
+# %% [markdown]
+# ## Device and seeds
+#
+# `tfm_lesson.default_device()` returns `cuda` when a GPU is visible and `cpu` otherwise (set the environment
+# variable `TFM_DEVICE=cpu` to force the CPU). Every chapter creates its tensors and models and then moves them
+# with `.to(device)`, so the same notebook runs on both. The printed device below depends on your machine;
+# nothing else in the course does.
+#
+# `tfm_lesson.seed_everything(0)` seeds Python's `random`, NumPy and PyTorch (CPU and GPU). Random
+# initialisations, random inputs and dropout masks then come out the same every time you restart the kernel,
+# so the numbers you read in the text are the numbers you get.
+
+# %%
+print("device:", device)
+tfm_lesson.seed_everything(0)
+a = torch.randn(3)
+tfm_lesson.seed_everything(0)
+b = torch.randn(3)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("same numbers after re-seeding:", torch.equal(a, b))
+
+# %% [markdown]
+# ## Intuition: a sentence is a matrix
+#
+# A Transformer never sees words. It sees one vector per token: a sentence of `seq_len` tokens is a matrix of
+# shape `(seq_len, d_model)`, one row per token, `d_model` numbers per row (the paper uses $d_{model} = 512$; we
+# use tiny sizes so you can print everything). Sentences are processed in batches, so the model's input is a
+# 3-D tensor `(batch, seq_len, d_model)`.
+#
+# Attention asks, for every token, "which other tokens are relevant to me?". It answers with a **score** for
+# every pair of tokens — a `(seq_len, seq_len)` table per sentence — turns each row of scores into weights that
+# sum to one, and replaces each token by a weighted average of the others. Three tensor moves, then:
+#
+# 1. **pairwise scores**: every row of one matrix dotted with every row of another, a matrix product;
+# 2. **a softmax along each row**, so that each token's weights are positive and sum to one;
+# 3. **a weighted sum** of rows, another matrix product.
+#
+# The exercises at the end of this chapter are exactly these three moves.
+
+# %% [markdown]
+# ## The math
+#
+# Write the queries as rows of $Q \in \mathbb{R}^{n \times d_k}$ and the keys as rows of
+# $K \in \mathbb{R}^{m \times d_k}$. The score of query $i$ with key $j$ is the dot product
+#
+# $$s_{ij} = q_i \cdot k_j = \sum_{c=1}^{d_k} Q_{ic} K_{jc}, \qquad\text{i.e.}\qquad S = Q K^\top \in \mathbb{R}^{n \times m}.$$
+#
+# The transpose is what makes the shapes meet: $(n, d_k) \times (d_k, m) \to (n, m)$. The row softmax is
+# $\mathrm{softmax}(s_i)_j = e^{s_{ij}} / \sum_{j'} e^{s_{ij'}}$, and the weighted sum of value rows
+# $V \in \mathbb{R}^{m \times d_v}$ is the product $A V \in \mathbb{R}^{n \times d_v}$ with $A$ the weights.
+#
+# With a batch, and later with several heads, every tensor simply gains **leading dimensions**:
+# `(batch, heads, n, d_k)`. PyTorch's `@` (`torch.matmul`) treats all dimensions but the last two as a batch
+# of independent matrices, so one line of code covers every case — provided we transpose only the last two
+# axes.
+
+# %% [markdown]
+# ## Build it: the slow way, then the matrix way
+#
+# Six tokens of "the cat sat on the mat", each a random vector of $d_k = 4$ numbers, scaled to length 1 so that
+# no single long vector dominates the picture. (Random vectors carry no meaning, but the word *the* appears
+# twice and both occurrences get the same vector, so we know one thing the scores must show.)
+
+# %%
+tokens = ["the", "cat", "sat", "on", "the", "mat"]
+vocab = {w: i for i, w in enumerate(dict.fromkeys(tokens))}  # the=0, cat=1, sat=2, on=3, mat=4
+table = torch.randn(len(vocab), 4)  # one vector per distinct word: (vocab, d_k)
+table = table / table.norm(dim=-1, keepdim=True)  # length 1: a token's score with itself is exactly 1
+x = table[[vocab[w] for w in tokens]].to(device)  # (seq_len, d_k) = (6, 4)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("x:", tuple(x.shape), "  rows 0 and 4 (both 'the') equal:", torch.equal(x[0], x[4]))
+
+# %% [markdown]
+# The obvious version: two loops, one dot product per pair. It is slow (Python runs $n \cdot m$ iterations) but
+# impossible to misread.
+
+# %%
+n = x.size(0)
+loop_scores = torch.zeros(n, n, device=device)  # (q_len, k_len)
+for i in range(n):  # query i
+    for j in range(n):  # key j
+        loop_scores[i, j] = (x[i] * x[j]).sum()  # a scalar: q_i . k_j
+
+matmul_scores = x @ x.transpose(-2, -1)  # (6, 4) @ (4, 6) -> (6, 6)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("scores:", tuple(matmul_scores.shape), " loop == matmul:", torch.allclose(loop_scores, matmul_scores, atol=1e-6))
+print("einsum agrees:", torch.allclose(torch.einsum("qd,kd->qk", x, x), matmul_scores, atol=1e-6))
+
+# %% [markdown]
+# ## See it: the score table
+#
+# Row $i$ of the picture is query $i$, column $j$ is key $j$. Three things to look at. The diagonal is 1: each
+# unit vector dotted with itself. The table is symmetric, because here queries and keys are the same vectors
+# ($q_i \cdot k_j = k_j \cdot q_i$). And the two *the* rows are identical, with a 1 where *the* meets the other
+# *the*: a token cannot tell two occurrences of the same word apart — nothing in $x$ says *where* a
+# token is. Chapter 04 (positional encoding) fixes exactly that.
+
+# %%
+viz.show_matrix(matmul_scores, title="Pairwise dot products x xᵀ: both 'the' rows are identical",
+                xlabel="key", ylabel="query", x_ticks=tokens, y_ticks=tokens, center=0)
+
+# %% [markdown]
+# ## Leading dimensions: batches and heads
+#
+# A batch of 2 sentences, each split into 3 heads of $d_k = 4$: the queries are `(batch, heads, q_len, d_k)`.
+# `@` multiplies the last two dimensions and treats `(2, 3)` as a batch of 6 independent matrices.
+# `transpose(-2, -1)` swaps only the last two axes, so it is right for any number of leading dimensions.
+#
+# `.T` is a trap: on a 2-D matrix it is the transpose, but on a 4-D tensor it reverses **all** axes
+# (PyTorch warns that this use is deprecated), turning `(2, 3, 7, 4)` into `(4, 7, 3, 2)`. Use
+# `transpose(-2, -1)` (or its short form `.mT`) in attention code.
+
+# %%
+q = torch.randn(2, 3, 5, 4, device=device)  # (batch, heads, q_len, d_k)
+k = torch.randn(2, 3, 7, 4, device=device)  # (batch, heads, k_len, d_k)
+scores = q @ k.transpose(-2, -1)  # (batch, heads, q_len, k_len)
+one = q[1, 2] @ k[1, 2].transpose(-2, -1)  # sentence 1, head 2 on its own: (q_len, k_len)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("scores:", tuple(scores.shape), " same as one (sentence, head) at a time:", torch.allclose(scores[1, 2], one, atol=1e-6))
+print("k.mT:", tuple(k.mT.shape), "  k.permute(3, 2, 1, 0), what k.T would give:", tuple(k.permute(3, 2, 1, 0).shape))
+
+# %% [markdown]
+# ## Broadcasting: shapes are aligned from the right
+#
+# When two tensors of different shapes meet in an elementwise operation, PyTorch lines their shapes up **from
+# the right**; each pair of sizes must be equal, or one of them must be 1 (that axis is then repeated), and a
+# missing axis counts as 1. This is how one mask serves every head and every query in chapter 02: a padding mask
+# shaped `(batch, 1, 1, k_len)` meets scores shaped `(batch, heads, q_len, k_len)`:
+#
+# ```
+# scores  (2, 3, 5, 7)
+# mask    (2, 1, 1, 7)   -> repeated over heads (3) and queries (5)
+# result  (2, 3, 5, 7)
+# ```
+#
+# And the classic mistake: a `(batch, k_len)` mask aligned from the right is read as `(q_len, k_len)` — the
+# batch axis lands on the queries. With `batch=2, q_len=5` it fails loudly; with `batch == q_len` it would run
+# silently and be wrong. `None` in an index inserts an axis of size 1 where you need it.
+
+# %%
+keep = torch.tensor([[True] * 7, [True] * 4 + [False] * 3], device=device)  # (batch, k_len): sentence 1 has 3 pads
+masked = scores.masked_fill(~keep[:, None, None, :], float("-inf"))  # (2, 1, 1, 7) broadcasts to (2, 3, 5, 7)
+try:
+    scores.masked_fill(~keep, float("-inf"))  # (2, 7) is read as (q_len, k_len) = (2, 7) against q_len = 5
+    wrong = "ran (silently wrong)"
+except RuntimeError:
+    wrong = "RuntimeError: (2, 7) does not broadcast against (2, 3, 5, 7)"
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("keep[:, None, None, :]:", tuple(keep[:, None, None, :].shape), "-> masked:", tuple(masked.shape))
+print("-inf in sentence 1, every head, every query:", bool(torch.isinf(masked[1, :, :, 4:]).all()))
+print("the (batch, k_len) mask:", wrong)
+
+# %% [markdown]
+# ## `view` versus `reshape`
+#
+# Multi-head attention (chapter 03) cuts `d_model` into `heads` pieces of `d_k` and later glues them back. Both
+# are reshapes, and PyTorch has two functions for it:
+#
+# - `view` never copies: it reinterprets the same memory with a new shape, so it only works when the elements
+#   are laid out in memory in the order the new shape needs (a *contiguous* tensor, roughly);
+# - `reshape` returns a view when it can and a copy when it must.
+#
+# After a `transpose` the memory order no longer matches the logical order, so `view` refuses. That refusal is
+# useful: it tells you a copy is needed. The real danger is different — calling `view`/`reshape` to go from
+# `(batch, heads, len, d_k)` back to `(batch, len, d_model)` *without* transposing first runs fine and mixes
+# up tokens and heads. Chapter 03 measures that bug.
+
+# %%
+h = torch.arange(2 * 5 * 8, device=device).reshape(2, 5, 8).float()  # (batch, seq_len, d_model) = (2, 5, 8)
+split = h.view(2, 5, 2, 4).transpose(1, 2)  # (batch, heads, seq_len, d_k) = (2, 2, 5, 4)
+try:
+    split.view(2, 5, 8)
+    view_result = "view worked"
+except RuntimeError:
+    view_result = "view refused: not contiguous after transpose"
+merged = split.transpose(1, 2).reshape(2, 5, 8)  # back to (batch, seq_len, d_model): a copy
+wrong_merge = split.reshape(2, 5, 8)  # no transpose: runs, but scrambles tokens and heads
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("split:", tuple(split.shape), " contiguous:", split.is_contiguous(), "|", view_result)
+print("transpose then reshape gives h back:", torch.equal(merged, h))
+print("reshape without the transpose gives h back:", torch.equal(wrong_merge, h))
+
+# %% [markdown]
+# ## Play with it: the shape tracer
+#
+# `tfm_lesson.shapes.trace_shapes(model, *inputs, max_depth=2)` runs one forward pass with hooks on every
+# submodule and lists, in the order they ran, each submodule's name, class, and the shapes that went in and came
+# out (integer tensors show their dtype, masks show `bool`). Below: a tiny Transformer translating a batch of 2
+# sentences of 7 source tokens into 5 target tokens. You can already read the whole story of the course in the
+# shapes: token ids `(2, 7)` become vectors `(2, 7, 16)`, the encoder keeps that shape through every layer, the
+# masks are `(2, 1, 1, 7)` for padding and `(2, 1, 5, 5)` for the decoder's causal mask, and the generator turns
+# each target position into one score per vocabulary entry, `(2, 5, 20)`. (`src_embed` runs twice: source and
+# target share one embedding table, as in the paper; chapter 09 explains.)
+#
+# Change `max_depth` (0 shows only the model, 3 shows the linear layers inside attention), the batch size or the
+# lengths, and run the cell again. In Jupyter the last expression shows as a table; `print(trace)` gives text.
+
+# %%
+tiny = tfm_lesson.Transformer(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=32,
+                              num_encoder_layers=2, num_decoder_layers=2).to(device).eval()
+src = torch.randint(4, 20, (2, 7), device=device)  # (batch, src_len) token ids
+tgt = torch.randint(4, 20, (2, 5), device=device)  # (batch, tgt_len)
+trace = trace_shapes(tiny, src, tgt, max_depth=2)
+trace
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(trace)
+
+# %% [markdown]
+# ## Exercises
+#
+# The three tensor moves of attention, each as a function that must work for any number of leading
+# dimensions. Write your code in the stub cell, run it, then run the checker cell.
+#
+# ### Exercise 1 — pairwise scores
+#
+# Write `pairwise_scores(query, key)`: `query` is `(..., q_len, d)`, `key` is `(..., k_len, d)`; return the
+# `(..., q_len, k_len)` tensor whose entry `[..., i, j]` is the dot product of query row `i` with key row `j`.
+# No scaling yet (that is chapter 01). Hint: one matrix product and the right transpose.
+
+# %%
+def pairwise_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    ...  # your turn: return a (..., q_len, k_len) tensor
+
+
+# %% tags=["solution"]
+def pairwise_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    return query @ key.transpose(-2, -1)  # (..., q_len, d) @ (..., d, k_len) -> (..., q_len, k_len)
+
+
+# %%
+check_pairwise_scores(pairwise_scores)
+
+# %% [markdown]
+# ### Exercise 2 — a row softmax, from `exp`
+#
+# Write `row_softmax(scores)` for `scores` of shape `(..., q_len, k_len)`: exponentiate and divide each row by
+# its sum, so every query's row is positive and sums to one. It must survive large scores: `exp(1000)` is `inf`
+# in floating point, and `inf / inf` is NaN. Use the fact that subtracting a constant from a whole row does not
+# change its softmax ($e^{s_j - c} / \sum_{j'} e^{s_{j'} - c} = e^{s_j} / \sum_{j'} e^{s_{j'}}$): subtract the
+# row's maximum first, so the largest exponent is $e^0 = 1$. (`torch.softmax` would pass, but write it from
+# `exp` once — it is the only way to see why it is safe.)
+
+# %%
+def row_softmax(scores: torch.Tensor) -> torch.Tensor:
+    ...  # your turn: same shape as scores, each row sums to one
+
+
+# %% tags=["solution"]
+def row_softmax(scores: torch.Tensor) -> torch.Tensor:
+    shifted = scores - scores.max(dim=-1, keepdim=True).values  # (..., q_len, k_len), each row's max is now 0
+    e = shifted.exp()
+    return e / e.sum(dim=-1, keepdim=True)  # (..., q_len, 1) broadcasts over the keys
+
+
+# %%
+check_row_softmax(row_softmax)
+
+# %% [markdown]
+# ### Exercise 3 — the weighted sum
+#
+# Write `weighted_sum(weights, values)`: `weights` is `(..., q_len, k_len)` (each row sums to one), `values` is
+# `(..., k_len, d_v)`. Return `(..., q_len, d_v)`, where row `i` is $\sum_j$ `weights[..., i, j] * values[..., j, :]`,
+# a weighted average of the value rows.
+
+# %%
+def weighted_sum(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    ...  # your turn: return a (..., q_len, d_v) tensor
+
+
+# %% tags=["solution"]
+def weighted_sum(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    return weights @ values  # (..., q_len, k_len) @ (..., k_len, d_v) -> (..., q_len, d_v)
+
+
+# %%
+check_weighted_sum(weighted_sum)
+
+# %% [markdown]
+# Put together, your three functions already are attention (without the scaling you will add in chapter 01):
+# every token of our sentence becomes a weighted average of all tokens.
+
+# %%
+mixed = weighted_sum(row_softmax(pairwise_scores(x, x)), x)  # (6, 6) weights @ (6, 4) -> (6, 4)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("mixed:", tuple(mixed.shape), " both 'the' still identical:", torch.allclose(mixed[0], mixed[4]))
+
+# %% [markdown]
+# ## Summary
+#
+# - The Transformer's data are tensors `(batch, seq_len, d_model)`; attention weights are
+#   `(batch, heads, q_len, k_len)`. Write the shape next to every line you write; the course does.
+# - Scores are $Q K^\top$: `query @ key.transpose(-2, -1)`. `@` batches over leading dimensions; `.T` reverses
+#   all of them and is wrong beyond 2-D.
+# - Broadcasting aligns shapes from the right; `None` inserts the size-1 axes a mask needs, `(batch, 1, 1, k_len)`.
+# - `view` needs contiguous memory and refuses after a `transpose`; `reshape` copies when needed. Neither can
+#   save you from merging heads without the transpose.
+# - `default_device()` and `seed_everything(0)` make the same notebook run on CPU or GPU, reproducibly.
+# - `trace_shapes` shows every submodule's input and output shapes — use it whenever a model surprises you.
+#
+# Next, chapter 01 turns these three moves into scaled dot-product attention and measures why the scores are
+# divided by $\sqrt{d_k}$.
