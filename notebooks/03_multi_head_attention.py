@@ -365,10 +365,14 @@ with torch.no_grad():
     for name, fn in [("loop", lambda: multi_head_loop(big, xb, xb, xb)),
                      ("vectorised", lambda: multi_head_vectorised(big, xb, xb, xb)),
                      ("tfm_lesson fast path", lambda: big(xb, xb, xb))]:
-        fn()
+        fn()  # warm-up
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(5):
             fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # GPU calls return before the work is done
         print(f"{name:22s} {(time.perf_counter() - start) / 5 * 1e3:6.1f} ms")
 
 # %% [markdown]
