@@ -149,9 +149,11 @@ def check_encoder_layer(cls: type) -> None:
     for trial, norm_first in enumerate([False, True, False]):
         d_model, heads, d_ff = _sizes(rng)
         learner, ref = _pair(cls, EncoderLayer, "EncoderLayer", (d_model, heads, d_ff), norm_first)
+        dtype = torch.float64 if trial == 2 else torch.float32  # the last trial in double precision
+        learner, ref = learner.to(dtype), ref.to(dtype)
         batch, length = rng.randint(2, 3), rng.randint(4, 7)
         mask, lengths = _lengths_mask(rng, batch, length)
-        x = torch.randn(batch, length, d_model, requires_grad=True)
+        x = torch.randn(batch, length, d_model, dtype=dtype, requires_grad=True)
         x_ref = x.detach().clone().requires_grad_()
         out = output_of(_run(learner, x, mask, what="your EncoderLayer"))
         expected = ref(x_ref, mask)
@@ -175,7 +177,7 @@ def check_encoder_layer(cls: type) -> None:
         with torch.no_grad():
             x2 = x.detach().clone()
             for b, n in enumerate(lengths):
-                x2[b, n:] = torch.randn(length - n, d_model) * 3
+                x2[b, n:] = torch.randn(length - n, d_model, dtype=dtype) * 3
             out2 = output_of(_run(learner, x2, mask, what="your EncoderLayer"))
             for b, n in enumerate(lengths):
                 expect(close(out2[b, :n], out[b, :n].detach()),
@@ -192,8 +194,8 @@ def check_encoder_layer(cls: type) -> None:
     expect(not close(output_of(learner(x)), output_of(learner(x))),
            "in training mode with dropout=0.5 your layer gives the same output twice: is the dropout probability "
            "passed on and dropout applied to each sub-layer's output?")
-    passed("check_encoder_layer", "post-norm and pre-norm, with padding masks, outputs, gradients and dropout "
-           "match tfm_lesson.EncoderLayer")
+    passed("check_encoder_layer", "post-norm and pre-norm, float32 and float64, with padding masks: outputs, "
+           "gradients and dropout match tfm_lesson.EncoderLayer")
 
 
 # the decoder layer ----------------------------------------------------------------------------------------------
@@ -230,14 +232,16 @@ def check_decoder_layer(cls: type) -> None:
     for trial, norm_first in enumerate([False, True, False]):
         d_model, heads, d_ff = _sizes(rng)
         learner, ref = _pair(cls, DecoderLayer, "DecoderLayer", (d_model, heads, d_ff), norm_first)
+        dtype = torch.float64 if trial == 2 else torch.float32  # the last trial in double precision
+        learner, ref = learner.to(dtype), ref.to(dtype)
         batch = rng.randint(2, 3)
         tgt_len = rng.randint(4, 6)
         src_len = tgt_len if trial == 0 else tgt_len + rng.randint(1, 3)  # equal lengths first: wrong queries still run
         memory_mask, _ = _lengths_mask(rng, batch, src_len)
         tgt_pad, _ = _lengths_mask(rng, batch, tgt_len)
         tgt_mask = M.combine_masks(tgt_pad, M.causal_mask(tgt_len))  # (batch, 1, tgt_len, tgt_len)
-        x = torch.randn(batch, tgt_len, d_model, requires_grad=True)
-        memory = torch.randn(batch, src_len, d_model)
+        x = torch.randn(batch, tgt_len, d_model, dtype=dtype, requires_grad=True)
+        memory = torch.randn(batch, src_len, d_model, dtype=dtype)
         x_ref = x.detach().clone().requires_grad_()
         try:
             out = output_of(_run(learner, x, memory, tgt_mask, memory_mask, what="your DecoderLayer"))
@@ -271,11 +275,11 @@ def check_decoder_layer(cls: type) -> None:
         # causality: a later target position never changes an earlier output
         with torch.no_grad():
             x2 = x.detach().clone()
-            x2[:, -1] = torch.randn(batch, d_model) * 3
+            x2[:, -1] = torch.randn(batch, d_model, dtype=dtype) * 3
             out2 = output_of(_run(learner, x2, memory, tgt_mask, memory_mask, what="your DecoderLayer"))
             expect(close(out2[:, :-1], out[:, :-1].detach()), FUTURE)
-    passed("check_decoder_layer", "post-norm and pre-norm, with causal and padding masks, outputs, causality and "
-           "gradients match tfm_lesson.DecoderLayer")
+    passed("check_decoder_layer", "post-norm and pre-norm, float32 and float64, with causal and padding masks: "
+           "outputs, causality and gradients match tfm_lesson.DecoderLayer")
 
 
 # the stacks ---------------------------------------------------------------------------------------------------------
