@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -281,8 +286,10 @@ viz.show_heads(record.get(kind="decoder", layer=0)[0], x_tokens=tgt_tokens, y_to
 # %% [markdown]
 # ## Play with it
 #
-# Type a source and a target, pick the kind of attention — choose **cross** — and a layer and head.
-# Outside a live notebook the figure shows the default state.
+# The explorer starts on **cross**-attention: type a source and a target (words of the small vocabulary;
+# others become `<unk>`), then pick a layer and a head, or switch the kind to the encoder's or the decoder's
+# self-attention. Leave the target empty and the (untrained, so meaningless) model's own greedy output is used.
+# Outside a live notebook you see the starting state as a static figure.
 
 # %%
 explorer = widgets.attention_explorer(model, vocab, vocab, source=source, target=target)
