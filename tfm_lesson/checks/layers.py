@@ -301,7 +301,8 @@ def _check_stack(cls: type, decoder: bool) -> None:
                f"your {what} has the parameters of one layer, not {num_layers}: all layers share one set of weights. "
                f"Build a new layer for each position (`nn.ModuleList({what}Layer(...) for _ in range(num_layers))`), "
                "not `[layer] * num_layers`")
-        expect(n_learner != 0, f"your {what} has no parameters: keep the layers in an nn.ModuleList, not a Python list")
+        expect(n_learner != 0, f"your {what} has no parameters: build num_layers layers and keep them in an nn.ModuleList "
+               "called `layers` (a plain Python list hides them from PyTorch)")
         _load(learner, ref, what)
         learner.eval()
         batch, length = rng.randint(2, 3), rng.randint(4, 6)
