@@ -76,8 +76,10 @@ class Explorer(widgets.VBox):
             children.insert(0, widgets.HTML(f"<small>{note}</small>"))
         self.children = children
         self.add_class("tfm-explorer")
+        self.add_class(f"tfm-{name.replace('_', '-')}")
         self.image.add_class("tfm-explorer-figure")
-        for control in controls.values():
+        for label, control in controls.items():  # stable CSS hooks, e.g. .tfm-control-head (browser tests use them)
+            control.add_class("tfm-control-" + "".join(c if c.isalnum() else "-" for c in label))
             control.observe(self._changed, names="value")
         self.refresh()
 
@@ -245,7 +247,7 @@ def mask_explorer(lengths: Sequence[int] = (6, 4), causal: bool = False) -> Expl
     sliders = {f"length {b}": _slider(f"length of sentence {b}", n, 1, padded) for b, n in enumerate(lengths)}
     causal_box = widgets.Checkbox(value=causal, description="causal mask", indent=False)
     pick = widgets.Dropdown(options=[(f"sentence {b}", b) for b in range(len(lengths))], value=0,
-                            description="inspect", layout=widgets.Layout(width="180px"))
+                            description="inspect", layout=widgets.Layout(width="220px"))
 
     def render():
         real = torch.tensor([s.value for s in sliders.values()])  # (batch,)

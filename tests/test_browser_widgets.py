@@ -1,0 +1,137 @@
+"""Every tfm_lesson explorer in a real JupyterLab page, driven by headless Chromium.
+
+The test writes a small notebook that calls each widget of the contract, starts JupyterLab on 127.0.0.1,
+runs all cells from the Run menu, then moves every control of every explorer (a slider: ArrowRight on its
+handle; a text box: typing; a drop-down, a toggle, a checkbox: choosing) and checks that the picture
+changed: a new image ``src`` and different pixels. No cell may show an error. Before/after screenshots
+go to ``artifacts/screenshots/``.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.browser import (browser_missing, cell_errors, chromium_page, jupyter_lab, open_notebook, run_all_cells,
+                           screenshot, write_notebook)
+
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")]
+
+SETUP = """\
+import torch
+import tfm_lesson
+from tfm_lesson import widgets
+from tfm_lesson.data import Vocab
+vocab = Vocab.build(["the cat sat on the mat", "a dog ran in the park", "le chat est assis sur le tapis"])
+torch.manual_seed(0)
+model = tfm_lesson.Transformer(src_vocab=len(vocab), tgt_vocab=len(vocab), d_model=32, heads=4, d_ff=64,
+                               num_encoder_layers=2, num_decoder_layers=2, dropout=0.0)
+def reverse_words(text):
+    return " ".join(reversed(text.split()))
+"""
+
+CELLS = {
+    "temperature_explorer": "widgets.temperature_explorer()",
+    "mask_explorer": "widgets.mask_explorer()",
+    "head_explorer": "widgets.head_explorer()",
+    "positional_explorer": "widgets.positional_explorer()",
+    "attention_explorer": 'widgets.attention_explorer(model, vocab, source="the cat sat on the mat")',
+    "translate_widget": 'widgets.translate_widget(reverse_words, "the cat sat")',
+}
+
+# (control label, action, argument) for each explorer: every control it has
+ACTIONS = {
+    "temperature_explorer": [("scale", "slider", 2), ("query", "slider", 1)],
+    "mask_explorer": [("length 0", "slider", 1), ("length 1", "slider", 1), ("causal", "check", None),
+                      ("inspect", "select", "sentence 1")],
+    "head_explorer": [("head", "slider", 1), ("show", "toggle", "scores")],
+    "positional_explorer": [("dimension", "slider", 3), ("offset", "slider", 2)],
+    "attention_explorer": [("source", "text", "the zebra sat on the mat"), ("target", "text", "le chat"),
+                           ("kind", "select", "cross-attention (decoder → encoder)"), ("layer", "select", "1"),
+                           ("head", "slider", 2)],
+    "translate_widget": [("source", "type", " on the mat")],
+}
+
+
+@pytest.fixture(scope="module")
+def lab_page(tmp_path_factory):
+    """JupyterLab + Chromium with the widgets notebook open and all its cells run."""
+    root = tmp_path_factory.mktemp("browser_widgets")
+    write_notebook(root / "widgets.ipynb", [SETUP, *CELLS.values()])
+    with jupyter_lab(root) as lab, chromium_page() as page:
+        open_notebook(page, lab, "widgets.ipynb")
+        run_all_cells(page)
+        for name in CELLS:  # each explorer's live view, with its picture
+            page.wait_for_selector(f".tfm-{name.replace('_', '-')} img.tfm-explorer-figure[src]", timeout=60_000)
+        screenshot(page, "notebook_after_run_all")
+        yield page, lab
+
+
+def _image(page, name: str):
+    return page.locator(f".tfm-{name.replace('_', '-')} img.tfm-explorer-figure")
+
+
+def _control(page, name: str, label: str):
+    css = "tfm-control-" + "".join(c if c.isalnum() else "-" for c in label)
+    return page.locator(f".tfm-{name.replace('_', '-')} .{css}")
+
+
+def _act(page, control, action: str, arg) -> None:
+    if action == "slider":
+        handle = control.locator(".noUi-handle")
+        handle.focus()
+        for _ in range(arg):
+            handle.press("ArrowRight")
+    elif action == "check":
+        control.locator("input[type=checkbox]").click()
+    elif action == "select":
+        control.locator("select").select_option(label=arg)
+    elif action == "toggle":
+        control.locator("button", has_text=arg).click()
+    elif action == "text":  # continuous_update=False: Enter sends the value
+        box = control.locator("input")
+        box.fill(arg)
+        box.press("Enter")
+    elif action == "type":  # translate as you type: key by key
+        box = control.locator("input")
+        box.click()
+        box.press("End")
+        box.press_sequentially(arg, delay=40)
+    else:
+        raise ValueError(action)
+
+
+@pytest.mark.parametrize("name", list(CELLS))
+def test_each_control_changes_the_figure(lab_page, name: str) -> None:
+    page, _ = lab_page
+    image = _image(page, name)
+    assert image.count() == 1, f"{name}: no live widget picture on the page"
+    for label, action, arg in ACTIONS[name]:
+        control = _control(page, name, label)
+        assert control.count() == 1, f"{name}: control {label!r} not found"
+        control.scroll_into_view_if_needed()
+        src = image.get_attribute("src")
+        slug = f"{name}-{label}"
+        before = screenshot(page, f"{slug}-before", image).read_bytes()
+        _act(page, control, action, arg)
+        if action == "type":  # wait for the last keystroke's picture
+            page.wait_for_function("([el, text]) => el.closest('.tfm-explorer').querySelector('input').value"
+                                   ".endsWith(text)", arg=[image.element_handle(), arg])
+        page.wait_for_function("([el, old]) => el.getAttribute('src') !== old", arg=[image.element_handle(), src],
+                               timeout=30_000)
+        page.wait_for_timeout(300)  # let the new blob decode before the screenshot
+        if action == "type":
+            page.wait_for_timeout(1500)
+        after = screenshot(page, f"{slug}-after", image).read_bytes()
+        assert after != before, f"{name}: moving {label!r} changed the src but not the picture"
+        status = page.locator(f".tfm-{name.replace('_', '-')} span[style*='D55E00']")
+        assert status.count() == 0, f"{name}: {label!r}: {status.first.text_content()}"
+    assert cell_errors(page) == []
+
+
+def test_no_cell_shows_an_error(lab_page) -> None:
+    page, _ = lab_page
+    assert cell_errors(page) == []
+    prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_text_contents()
+    assert len(prompts) == 1 + len(CELLS) and all(re.search(r"\[\d+\]", p) for p in prompts), prompts
+    assert page.locator(".tfm-explorer").count() == len(CELLS)
