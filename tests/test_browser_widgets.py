@@ -9,6 +9,7 @@ go to ``artifacts/screenshots/``.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -41,14 +42,14 @@ CELLS = {
 
 # (control label, action, argument) for each explorer: every control it has
 ACTIONS = {
-    "temperature_explorer": [("scale", "slider", 2), ("query", "slider", 1)],
+    "temperature_explorer": [("scale", "slider", 1), ("query", "slider", 1)],
     "mask_explorer": [("length 0", "slider", 1), ("length 1", "slider", 1), ("causal", "check", None),
                       ("inspect", "select", "sentence 1")],
     "head_explorer": [("head", "slider", 1), ("show", "toggle", "scores")],
-    "positional_explorer": [("dimension", "slider", 3), ("offset", "slider", 2)],
+    "positional_explorer": [("dimension", "slider", 1), ("offset", "slider", 1)],
     "attention_explorer": [("source", "text", "the zebra sat on the mat"), ("target", "text", "le chat"),
                            ("kind", "select", "cross-attention (decoder → encoder)"), ("layer", "select", "1"),
-                           ("head", "slider", 2)],
+                           ("head", "slider", 1)],
     "translate_widget": [("source", "type", " on the mat")],
 }
 
@@ -74,6 +75,33 @@ def _image(page, name: str):
 def _control(page, name: str, label: str):
     css = "tfm-control-" + "".join(c if c.isalnum() else "-" for c in label)
     return page.locator(f".tfm-{name.replace('_', '-')} .{css}")
+
+
+CONTROL_STATE = """el => {
+    const readout = el.querySelector('.widget-readout');
+    if (readout) return readout.textContent.trim();
+    const select = el.querySelector('select');
+    if (select) return select.options[select.selectedIndex].textContent;
+    const box = el.querySelector('input[type=checkbox]');
+    if (box) return String(box.checked);
+    const pressed = el.querySelector('button.mod-active');
+    if (pressed) return pressed.textContent.trim();
+    const input = el.querySelector('input');
+    return input ? input.value : el.textContent;
+}"""
+
+
+def _settle(page, image, old_src: str, quiet_s: float = 1.5, timeout_s: float = 60) -> None:
+    """Wait until the picture has changed and then stayed the same for ``quiet_s`` (all renders done)."""
+    page.wait_for_function("([el, old]) => el.getAttribute('src') !== old", arg=[image.element_handle(), old_src],
+                           timeout=timeout_s * 1000)
+    deadline, last, since = time.monotonic() + timeout_s, image.get_attribute("src"), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, "the picture kept changing"
+        page.wait_for_timeout(200)
+        now = image.get_attribute("src")
+        if now != last:
+            last, since = now, time.monotonic()
 
 
 def _act(page, control, action: str, arg) -> None:
@@ -111,19 +139,15 @@ def test_each_control_changes_the_figure(lab_page, name: str) -> None:
         assert control.count() == 1, f"{name}: control {label!r} not found"
         control.scroll_into_view_if_needed()
         src = image.get_attribute("src")
+        state = control.evaluate(CONTROL_STATE)
         slug = f"{name}-{label}"
         before = screenshot(page, f"{slug}-before", image).read_bytes()
         _act(page, control, action, arg)
-        if action == "type":  # wait for the last keystroke's picture
-            page.wait_for_function("([el, text]) => el.closest('.tfm-explorer').querySelector('input').value"
-                                   ".endsWith(text)", arg=[image.element_handle(), arg])
-        page.wait_for_function("([el, old]) => el.getAttribute('src') !== old", arg=[image.element_handle(), src],
-                               timeout=30_000)
-        page.wait_for_timeout(300)  # let the new blob decode before the screenshot
-        if action == "type":
-            page.wait_for_timeout(1500)
+        _settle(page, image, src)
+        moved = control.evaluate(CONTROL_STATE)
+        assert moved != state, f"{name}: {label!r} did not move (still {state!r})"
         after = screenshot(page, f"{slug}-after", image).read_bytes()
-        assert after != before, f"{name}: moving {label!r} changed the src but not the picture"
+        assert after != before, f"{name}: moving {label!r} ({state!r} -> {moved!r}) changed the src, not the picture"
         status = page.locator(f".tfm-{name.replace('_', '-')} span[style*='D55E00']")
         assert status.count() == 0, f"{name}: {label!r}: {status.first.text_content()}"
     assert cell_errors(page) == []

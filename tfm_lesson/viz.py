@@ -142,7 +142,8 @@ def _set_ticks(ax, labels: list[str] | None, n: int, axis: str, max_ticks: int =
     text = [labels[i] for i in idx] if labels is not None else [str(i) for i in idx]
     if axis == "x":
         ax.set_xticks(idx)
-        long = labels is not None and (max((len(t) for t in text), default=0) > 5 or len(idx) > 12)
+        long = labels is not None and (max((len(t) for t in text), default=0) > 8 or len(idx) > 12
+                                       or sum(len(t) + 2 for t in text) > 36)
         ax.set_xticklabels(text, rotation=60 if long else 0, ha="right" if long else "center",
                            rotation_mode="anchor" if long else "default")
     else:
