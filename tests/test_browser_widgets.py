@@ -159,3 +159,26 @@ def test_no_cell_shows_an_error(lab_page) -> None:
     prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_text_contents()
     assert len(prompts) == 1 + len(CELLS) and all(re.search(r"\[\d+\]", p) for p in prompts), prompts
     assert page.locator(".tfm-explorer").count() == len(CELLS)
+
+
+def test_saved_notebook_shows_the_static_pictures(lab_page) -> None:
+    """A chapter saved with outputs (executed headless, widget views stripped) opens in JupyterLab with a
+    picture for every explorer before anything runs, and no dead widget."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from tfm_lesson.widgets import strip_widget_views
+
+    page, lab = lab_page
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in [SETUP, *CELLS.values()]])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    assert strip_widget_views(nb) == len(CELLS)
+    nbformat.write(nb, lab.root_dir / "saved.ipynb")
+    open_notebook(page, lab, "saved.ipynb")
+    images = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img")
+    images.nth(len(CELLS) - 1).wait_for()
+    assert images.count() == len(CELLS)
+    assert all(img.evaluate("el => el.naturalWidth") > 300 for img in images.all())
+    assert cell_errors(page) == []
+    screenshot(page, "saved_notebook_static_pictures")

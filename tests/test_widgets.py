@@ -206,3 +206,20 @@ def test_bad_input_names_the_argument(call, error, words) -> None:
         call()
     for word in words:
         assert word in str(info.value), f"{word!r} not in {info.value}"
+
+
+def test_strip_widget_views_keeps_the_picture() -> None:
+    explorer = widgets.positional_explorer(d_model=8, max_len=8)
+    bundle = explorer._repr_mimebundle_()
+    nb = {"cells": [
+        {"cell_type": "code", "outputs": [{"output_type": "display_data", "data": dict(bundle), "metadata": {}}]},
+        {"cell_type": "code", "outputs": [{"output_type": "display_data", "metadata": {},
+                                           "data": {widgets.WIDGET_VIEW: {"model_id": "x"}, "text/plain": "w"}}]},
+        {"cell_type": "markdown", "source": "text"},
+    ], "metadata": {"widgets": {"state": {}}}}
+    assert widgets.strip_widget_views(nb) == 1
+    kept = nb["cells"][0]["outputs"][0]["data"]
+    assert set(kept) == {"image/png", "text/plain"} and kept["image/png"] == bundle["image/png"]
+    assert widgets.WIDGET_VIEW in nb["cells"][1]["outputs"][0]["data"]  # no picture to fall back on: kept
+    assert "widgets" not in nb["metadata"]
+    assert widgets.strip_widget_views(nb) == 0

@@ -21,6 +21,12 @@ In ``book/_config.yml``::
         nb_ipywidgets_js: {}
 
 (``null`` removes the widget view from the candidates, so ``image/png`` is chosen.)
+
+JupyterLab, Notebook 7 and VS Code do *not* fall back by themselves: a stored widget view whose model is
+gone (a notebook opened before its cells are run) shows "Error displaying widget: model not found". So
+notebooks saved with outputs should keep only the static picture: :func:`strip_widget_views` removes
+the widget view from every output that also holds ``image/png`` (running the cell brings the live
+widget back).
 """
 from __future__ import annotations
 
@@ -44,8 +50,10 @@ from .recording import record_attention
 
 __all__ = [
     "Explorer", "temperature_explorer", "mask_explorer", "head_explorer", "positional_explorer",
-    "attention_explorer", "translate_widget",
+    "attention_explorer", "translate_widget", "strip_widget_views", "WIDGET_VIEW",
 ]
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 HIGHLIGHT = "#E69F00"  # Okabe-Ito orange: frames the selected row / head / dimension
 SENTENCE = ["the", "cat", "sat", "on", "the", "mat"]
@@ -571,3 +579,24 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
         return fig
 
     return Explorer("translate_widget", {"source": box}, render)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# saved notebooks
+def strip_widget_views(nb) -> int:
+    """Remove the live-widget view from stored outputs that also carry a static ``image/png``, in place.
+
+    ``nb`` is a notebook (``nbformat.NotebookNode`` or the same dict). Returns how many outputs changed.
+    Call it on an executed chapter before saving it, so JupyterLab, GitHub and the book show the picture
+    instead of a dead widget; ``widgets`` state in the notebook metadata is dropped with them.
+    """
+    changed = 0
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and "image/png" in data:
+                del data[WIDGET_VIEW]
+                changed += 1
+    if changed:
+        nb.get("metadata", {}).pop("widgets", None)
+    return changed
