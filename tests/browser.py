@@ -162,7 +162,10 @@ def _stop(process: subprocess.Popen) -> None:
 
 @contextmanager
 def chromium_page(width: int = 1400, height: int = 1000, timeout_ms: int = 60_000) -> Iterator[object]:
-    """A Playwright ``Page`` in headless system Chromium; the browser is closed on exit."""
+    """A Playwright ``Page`` in headless system Chromium; the browser is closed on exit.
+
+    Playwright's sync API allows one of these per thread at a time: share one page between the tests of a
+    module (a module-scoped fixture) rather than nesting them."""
     require_browser()
     from playwright.sync_api import sync_playwright
 

@@ -9,11 +9,12 @@ go to ``artifacts/screenshots/``.
 from __future__ import annotations
 
 import re
+import shutil
 import time
 
 import pytest
 
-from tests.browser import (browser_missing, cell_errors, chromium_page, jupyter_lab, open_notebook, run_all_cells,
+from tests.browser import (ROOT, browser_missing, cell_errors, chromium_page, jupyter_lab, open_notebook, run_all_cells,
                            screenshot, write_notebook)
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")]
@@ -68,15 +69,6 @@ def lab_page(tmp_path_factory):
         yield page, lab
 
 
-def _image(page, name: str):
-    return page.locator(f".tfm-{name.replace('_', '-')} img.tfm-explorer-figure")
-
-
-def _control(page, name: str, label: str):
-    css = "tfm-control-" + "".join(c if c.isalnum() else "-" for c in label)
-    return page.locator(f".tfm-{name.replace('_', '-')} .{css}")
-
-
 CONTROL_STATE = """el => {
     const readout = el.querySelector('.widget-readout');
     if (readout) return readout.textContent.trim();
@@ -104,12 +96,35 @@ def _settle(page, image, old_src: str, quiet_s: float = 1.5, timeout_s: float = 
             last, since = now, time.monotonic()
 
 
+CONTROL_KIND = """el => el.querySelector('.noUi-handle') ? 'slider'
+    : el.querySelector('select') ? 'select'
+    : el.querySelector('input[type=checkbox]') ? 'check'
+    : el.querySelector('button') ? 'toggle'
+    : el.querySelector('input') ? 'text' : 'unknown'"""
+
+
+def _generic_action(control) -> tuple[str, object]:
+    """How a learner would move a control found on a page: its kind and a new value."""
+    kind = control.evaluate(CONTROL_KIND)
+    if kind == "select":
+        current = control.evaluate(CONTROL_STATE)
+        other = [o for o in control.locator("option").all_text_contents() if o != current]
+        return kind, other[0]
+    if kind == "toggle":
+        other = control.locator("button:not(.mod-active)").first.text_content().strip()
+        return kind, other
+    if kind == "text":
+        return kind, control.locator("input").input_value() + " the"
+    return kind, 1
+
+
 def _act(page, control, action: str, arg) -> None:
-    if action == "slider":
+    if action == "slider":  # one step right; at the right end, one step left
         handle = control.locator(".noUi-handle")
+        at_end = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
         handle.focus()
         for _ in range(arg):
-            handle.press("ArrowRight")
+            handle.press("ArrowLeft" if at_end else "ArrowRight")
     elif action == "check":
         control.locator("input[type=checkbox]").click()
     elif action == "select":
@@ -129,27 +144,32 @@ def _act(page, control, action: str, arg) -> None:
         raise ValueError(action)
 
 
+def _move_and_check(page, explorer, label: str, action: str, arg, slug: str) -> None:
+    """Move one control of ``explorer`` (a locator) and check that it moved and the picture changed."""
+    image = explorer.locator("img.tfm-explorer-figure")
+    control = explorer.locator("." + "tfm-control-" + "".join(c if c.isalnum() else "-" for c in label))
+    assert control.count() == 1, f"{slug}: control {label!r} not found"
+    control.scroll_into_view_if_needed()
+    src = image.get_attribute("src")
+    state = control.evaluate(CONTROL_STATE)
+    before = screenshot(page, f"{slug}-before", image).read_bytes()
+    _act(page, control, action, arg)
+    _settle(page, image, src)
+    moved = control.evaluate(CONTROL_STATE)
+    assert moved != state, f"{slug}: {label!r} did not move (still {state!r})"
+    after = screenshot(page, f"{slug}-after", image).read_bytes()
+    assert after != before, f"{slug}: moving {label!r} ({state!r} -> {moved!r}) changed the src, not the picture"
+    status = explorer.locator("span[style*='D55E00']")
+    assert status.count() == 0, f"{slug}: {label!r}: {status.first.text_content()}"
+
+
 @pytest.mark.parametrize("name", list(CELLS))
 def test_each_control_changes_the_figure(lab_page, name: str) -> None:
     page, _ = lab_page
-    image = _image(page, name)
-    assert image.count() == 1, f"{name}: no live widget picture on the page"
+    explorer = page.locator(f".tfm-{name.replace('_', '-')}")
+    assert explorer.count() == 1, f"{name}: no live widget on the page"
     for label, action, arg in ACTIONS[name]:
-        control = _control(page, name, label)
-        assert control.count() == 1, f"{name}: control {label!r} not found"
-        control.scroll_into_view_if_needed()
-        src = image.get_attribute("src")
-        state = control.evaluate(CONTROL_STATE)
-        slug = f"{name}-{label}"
-        before = screenshot(page, f"{slug}-before", image).read_bytes()
-        _act(page, control, action, arg)
-        _settle(page, image, src)
-        moved = control.evaluate(CONTROL_STATE)
-        assert moved != state, f"{name}: {label!r} did not move (still {state!r})"
-        after = screenshot(page, f"{slug}-after", image).read_bytes()
-        assert after != before, f"{name}: moving {label!r} ({state!r} -> {moved!r}) changed the src, not the picture"
-        status = page.locator(f".tfm-{name.replace('_', '-')} span[style*='D55E00']")
-        assert status.count() == 0, f"{name}: {label!r}: {status.first.text_content()}"
+        _move_and_check(page, explorer, label, action, arg, f"{name}-{label}")
     assert cell_errors(page) == []
 
 
@@ -182,3 +202,31 @@ def test_saved_notebook_shows_the_static_pictures(lab_page) -> None:
     assert all(img.evaluate("el => el.naturalWidth") > 300 for img in images.all())
     assert cell_errors(page) == []
     screenshot(page, "saved_notebook_static_pictures")
+
+
+CHAPTER = ROOT / "notebooks" / "01_attention.ipynb"
+
+
+@pytest.mark.skipif(not CHAPTER.exists(), reason="chapter 01 is not written yet")
+def test_real_chapter_runs_and_its_explorer_moves(lab_page) -> None:
+    """Chapter 01 as learners get it (a copy, so JupyterLab's autosave never touches the repository):
+    Run All Cells, no error, then every control of its explorer changes the picture."""
+    page, lab = lab_page  # one Playwright per thread: reuse the module's server and browser
+    shutil.copy(CHAPTER, lab.root_dir / CHAPTER.name)
+    open_notebook(page, lab, CHAPTER.name)
+    run_all_cells(page)
+    assert cell_errors(page) == []
+    explorers = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .tfm-explorer")
+    assert explorers.count() >= 1, "chapter 01 shows no live explorer"
+    for e in range(explorers.count()):
+        explorer = explorers.nth(e)
+        classes = explorer.locator("[class*='tfm-control-']").evaluate_all(
+            "els => els.map(el => [...el.classList].find(c => c.startsWith('tfm-control-')))")
+        assert classes, "an explorer without controls"
+        for css in classes:
+            label = css[len("tfm-control-"):]
+            control = explorer.locator("." + css)
+            action, arg = _generic_action(control)
+            _move_and_check(page, explorer, label, action, arg, f"chapter01-{e}-{label}")
+    assert cell_errors(page) == []
+    screenshot(page, "chapter01_after_moves")

@@ -22,8 +22,9 @@ In ``book/_config.yml``::
 
 (``null`` removes the widget view from the candidates, so ``image/png`` is chosen.)
 
-JupyterLab, Notebook 7 and VS Code do *not* fall back by themselves: a stored widget view whose model is
-gone (a notebook opened before its cells are run) shows "Error displaying widget: model not found". So
+JupyterLab 4 (jupyterlab_widgets 3) does *not* fall back by itself: a stored widget view whose model is gone
+(a notebook opened before its cells are run) shows an empty output, or "Error displaying widget: model not
+found", never the stored PNG (checked in headless Chromium). So
 notebooks saved with outputs should keep only the static picture: :func:`strip_widget_views` removes
 the widget view from every output that also holds ``image/png`` (running the cell brings the live
 widget back).
