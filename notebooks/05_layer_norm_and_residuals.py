@@ -1,0 +1,491 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %%
+# Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("tfm_lesson") is None:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
+                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+
+# %% [markdown]
+# # 05 · Layer norm and residual connections
+#
+# Attention (chapters 01–03) and the feed-forward network (chapter 06) are the *sub-layers* of the
+# Transformer. What turns a pile of sub-layers into something you can stack six (or sixty) deep and still
+# train is the glue around each of them: a **residual connection** and a **layer normalisation**. The paper
+# spends one sentence on it (section 3.1):
+#
+# > the output of each sub-layer is $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$.
+#
+# **What you will learn**
+#
+# - what layer norm computes, exactly: mean and *biased* variance over the features of each position,
+#   $\epsilon$ *inside* the square root, then a learned gain and shift;
+# - to build it with loops, then vectorised, and prove it equal to `tfm_lesson.LayerNorm` and
+#   `torch.nn.LayerNorm`;
+# - what the two classic slips (unbiased variance, $\epsilon$ outside the root) cost, in numbers;
+# - why residual connections let signals and gradients cross a deep stack;
+# - **post-norm** (the paper) versus **pre-norm** (most code since), settled by measuring activations and
+#   gradients layer by layer in 24-layer stacks.
+
+# %%
+import math
+
+import torch
+from torch import nn
+
+import tfm_lesson
+from tfm_lesson import EncoderLayer, LayerNorm, layer_norm, viz
+from tfm_lesson.checks import check_layer_norm, check_post_norm, check_pre_norm
+from tfm_lesson.depth import depth_explorer, depth_statistics, encoder_stack
+
+tfm_lesson.seed_everything(0)
+device = tfm_lesson.default_device()
+
+# %% [markdown]
+# ## Intuition: keep every position's vector on the same scale
+#
+# Each layer adds something to the vector of every position. Nothing in attention or in a linear map keeps
+# the size of that vector in check: stack a few layers and the numbers drift (larger, or smaller), the next
+# layer's softmax saturates or flattens, and the gradients follow. Layer norm is a thermostat applied to
+# **each position on its own**: take that position's $d_{\text{model}}$ numbers, shift them to mean 0 and
+# scale them to variance 1. Then give the model a learned knob per feature (a gain $\gamma$ and a shift
+# $\beta$) so that normalising never removes anything the model needs: it can undo the normalisation if that
+# is best.
+#
+# Why over the *features* and not over the batch (batch norm)? Because a position's statistics then depend
+# on nothing else: not on the other sentences in the batch, not on padding, not on the batch size, and
+# the same computation runs in training and at inference, one token at a time.
+#
+# ## The math
+#
+# For one position, $x \in \mathbb{R}^{d_{\text{model}}}$ (a row of the $(\text{batch}, \text{seq\_len},
+# d_{\text{model}})$ tensor):
+#
+# $$\mu = \frac{1}{d_{\text{model}}}\sum_{i=1}^{d_{\text{model}}} x_i, \qquad
+# \sigma^2 = \frac{1}{d_{\text{model}}}\sum_{i=1}^{d_{\text{model}}} (x_i - \mu)^2, \qquad
+# \mathrm{LayerNorm}(x)_i = \gamma_i\,\frac{x_i - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta_i$$
+#
+# Three details decide whether your numbers equal PyTorch's:
+#
+# 1. $\sigma^2$ divides by $d_{\text{model}}$ (the **biased**, population variance), not by
+#    $d_{\text{model}} - 1$. We are not estimating the variance of a larger population; we rescale exactly
+#    these numbers so that *their* variance is 1. (`torch.var` and `torch.std` are unbiased by default: a
+#    trap.)
+# 2. $\epsilon$ ($10^{-5}$) sits **inside** the square root. It keeps the division finite when a row is
+#    constant ($\sigma^2 = 0$).
+# 3. $\gamma, \beta \in \mathbb{R}^{d_{\text{model}}}$ are learned, start at $\gamma = 1$, $\beta = 0$,
+#    and are shared by all positions: $2\,d_{\text{model}}$ parameters per layer norm.
+#
+# ## Build it: the slow, obvious version
+#
+# Three nested loops over batch, position and feature, exactly the formula.
+
+# %%
+def layer_norm_loops(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """x (batch, seq_len, d_model) -> same shape, one position at a time."""
+    batch, seq_len, d_model = x.shape
+    out = torch.empty_like(x)
+    for b in range(batch):
+        for t in range(seq_len):
+            row = x[b, t]  # (d_model,): the features of one position
+            mu = sum(row[i] for i in range(d_model)) / d_model
+            var = sum((row[i] - mu) ** 2 for i in range(d_model)) / d_model  # biased: / d_model
+            for i in range(d_model):
+                out[b, t, i] = gamma[i] * (row[i] - mu) / math.sqrt(var + eps) + beta[i]
+    return out
+
+
+# %% [markdown]
+# ## Build it: vectorised
+#
+# The loops over batch and position disappear if we reduce over the last axis only and keep it
+# (`keepdim=True`), so that the $(\text{batch}, \text{seq\_len}, 1)$ statistics broadcast back against
+# $(\text{batch}, \text{seq\_len}, d_{\text{model}})$; $\gamma$ and $\beta$, shaped $(d_{\text{model}},)$,
+# broadcast over every position.
+
+# %%
+def layer_norm_vectorised(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    mu = x.mean(dim=-1, keepdim=True)                               # (batch, seq_len, 1)
+    var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)                # (batch, seq_len, 1), biased
+    x_hat = (x - mu) / torch.sqrt(var + eps)                        # (batch, seq_len, d_model)
+    return gamma * x_hat + beta                                     # (d_model,) broadcast over positions
+
+
+# %% [markdown]
+# ## Check it
+#
+# Against the loops, against `tfm_lesson.LayerNorm` (its `explicit=True` path is the formula above step by
+# step; the default path calls PyTorch's fused kernel) and against `torch.nn.LayerNorm`. We give all of
+# them the same non-trivial $\gamma$ and $\beta$, so that a forgotten gain or shift would show.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+batch, seq_len, d_model = 2, 3, 8
+x = (torch.randn(batch, seq_len, d_model) * 3 + 1).to(device)  # (2, 3, 8)
+gamma = (torch.rand(d_model) + 0.5).to(device)                  # (8,)
+beta = torch.randn(d_model).to(device)                          # (8,)
+
+ours_fused = LayerNorm(d_model).to(device)
+ours_explicit = LayerNorm(d_model, explicit=True).to(device)
+theirs = nn.LayerNorm(d_model).to(device)
+for m in (ours_fused, ours_explicit, theirs):
+    with torch.no_grad():
+        m.weight.copy_(gamma)
+        m.bias.copy_(beta)
+
+y = layer_norm_vectorised(x, gamma, beta)
+print("output shape:", tuple(y.shape))
+print("loops == vectorised:          ", torch.allclose(layer_norm_loops(x.cpu(), gamma.cpu(), beta.cpu()), y.cpu(), atol=1e-5))
+print("== tfm_lesson.LayerNorm fused:", torch.allclose(ours_fused(x), y, atol=1e-5))
+print("== tfm_lesson explicit path:  ", torch.allclose(ours_explicit(x), y, atol=1e-5))
+print("== torch.nn.LayerNorm:        ", torch.allclose(theirs(x), y, atol=1e-5))
+print("parameters per layer norm:", sum(p.numel() for p in theirs.parameters()), "= 2 x d_model")
+
+# %% [markdown]
+# And what normalising did: every position now has mean $\approx 0$ and (biased) standard deviation
+# $\approx 1$ *before* the gain and shift, whatever its scale was before.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x_hat = layer_norm_vectorised(x, torch.ones(d_model, device=device), torch.zeros(d_model, device=device))
+print("per-position std before:", [f"{v:.1f}" for v in x.std(-1, unbiased=False).flatten().tolist()])
+print("per-position mean after:", x_hat.mean(-1).abs().max().item() < 1e-6)
+print("per-position std after: ", [f"{v:.3f}" for v in x_hat.std(-1, unbiased=False).flatten().tolist()])
+
+# %% [markdown]
+# ### What the two classic slips cost
+#
+# **Unbiased variance.** Dividing by $d_{\text{model}} - 1$ makes $\sigma$ too large by
+# $\sqrt{d_{\text{model}}/(d_{\text{model}}-1)}$, so every output is shrunk by the inverse factor. For
+# $d_{\text{model}} = 512$ that is $0.1\%$: small, but far above float32 round-off, so your model will not
+# match a checkpoint trained with `nn.LayerNorm`. For a small $d_{\text{model}}$ it is large.
+#
+# **$\epsilon$ outside the root.** $\frac{x-\mu}{\sqrt{\sigma^2}+\epsilon}$ instead of
+# $\frac{x-\mu}{\sqrt{\sigma^2+\epsilon}}$: for a typical $\sigma \approx 1$ the two differ by about
+# $\epsilon/2 = 5\cdot10^{-6}$, invisible. But when a position's variance is small (comparable to
+# $\epsilon$, e.g. a near-constant vector), the two formulas disagree completely. We measure the largest
+# relative error of each slip as the input's standard deviation shrinks.
+
+# %%
+def unbiased(x, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(x.var(-1, keepdim=True, unbiased=True) + eps)
+
+
+def eps_outside(x, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) / (x.var(-1, keepdim=True, unbiased=False).sqrt() + eps)
+
+
+scales = [1.0, 1e-1, 1e-2, 3e-3, 1e-3]
+errors = {"unbiased variance, d_model=512": [], "unbiased variance, d_model=8": [], "eps outside the sqrt, d_model=512": []}
+for s in scales:
+    for name, d, wrong in (("unbiased variance, d_model=512", 512, unbiased), ("unbiased variance, d_model=8", 8, unbiased),
+                           ("eps outside the sqrt, d_model=512", 512, eps_outside)):
+        z = torch.randn(64, d, dtype=torch.float64, device=device) * s  # std s
+        right = layer_norm(z, None, None, 1e-5)
+        errors[name].append(((wrong(z) - right).abs().max() / right.abs().max()).item())
+for name, errs in errors.items():
+    print(f"{name:34s}", [f"{e:.0e}" for e in errs])
+
+# %%
+viz.plot_lines({k: [math.log10(max(e, 1e-12)) for e in v] for k, v in errors.items()},
+               x=[-math.log10(s) for s in scales], title="Relative error of each slip as the input's variance shrinks",
+               xlabel="-log10(std of the input): 0 is std 1, 3 is std 0.001",
+               ylabel="log10(max relative error)")
+
+# %% [markdown]
+# Read the figure from the left (std 1, ordinary activations) to the right (tiny variance). The unbiased
+# variance costs a **constant** relative error, $1 - \sqrt{(d-1)/d}$: $10^{-3}$ for $d_{\text{model}}=512$,
+# $6\%$ for $d_{\text{model}}=8$, whatever the scale, until the variance gets as small as $\epsilon$ (then
+# $\epsilon$ dominates the denominator and both versions are equally wrong). $\epsilon$ outside the root costs almost nothing at std 1
+# ($\sim 10^{-6}$) but grows as the variance approaches $\epsilon$: at std $10^{-3}$ ($\sigma^2 = 10^{-6}$,
+# ten times smaller than $\epsilon$) the output is wrong by a factor of about 3. Tests with ordinary random
+# inputs never catch this bug; the chapter's checker feeds a tiny-variance input on purpose.
+#
+# ## Residual connections
+#
+# A residual connection adds the sub-layer's input back to its output: $x + \mathrm{Sublayer}(x)$, shapes
+# $(\text{batch}, \text{seq\_len}, d_{\text{model}})$ on both sides (which is why every sub-layer of the
+# Transformer maps $d_{\text{model}} \to d_{\text{model}}$, and why the paper fixes $d_{\text{model}} = 512$
+# everywhere). Two reasons it matters:
+#
+# - **Forward:** a freshly initialised sub-layer is nearly noise. With the residual, a layer starts close to
+#   the identity plus a perturbation, so a deep stack still passes the embeddings (and the positions added
+#   to them in chapter 04) through to the top.
+# - **Backward:** the derivative of $x + f(x)$ is $I + \partial f/\partial x$. The $I$ is a path on which the
+#   gradient reaches every layer without being multiplied by any weight matrix.
+#
+# Here is the difference in a toy stack of 24 random linear maps with a tanh, with and without the
+# residual: how much of the input is left at the top, and how large the gradient with respect to the input is.
+
+# %%
+torch.manual_seed(0)
+toy = [nn.Linear(32, 32).to(device) for _ in range(24)]
+for residual in (False, True):
+    h0 = torch.randn(8, 32, device=device, requires_grad=True)  # (batch, d_model)
+    h = h0
+    for lin in toy:
+        h = h + torch.tanh(lin(h)) if residual else torch.tanh(lin(h))
+    h.sum().backward()
+    print(f"residual={residual!s:5}  output std {h.std().item():.2g}  input-gradient norm {h0.grad.norm().item():.2g}")
+
+# %% [markdown]
+# Without the residual the signal and the gradient die out (each tanh-linear map shrinks them: the
+# gradient is $\sim 10^{-5}$); with it they survive 24 layers, and even grow (output std about 4, gradient
+# norm about 70). The price: the residual stream $x$ now *accumulates* every sub-layer's output,
+# and nothing stops it from growing. That is where the norm comes in, and where its placement matters.
+#
+# ## Post-norm and pre-norm
+#
+# Two ways to combine a residual and a norm around a sub-layer $F$ (attention or feed-forward), with
+# $x$ shaped $(\text{batch}, \text{seq\_len}, d_{\text{model}})$ throughout:
+#
+# $$\text{post-norm (the paper, section 3.1):}\quad x_{l+1} = \mathrm{LayerNorm}(x_l + F(x_l))$$
+# $$\text{pre-norm (Wang et al. 2019, Xiong et al. 2020, GPT-2 and most models since):}\quad
+# x_{l+1} = x_l + F(\mathrm{LayerNorm}(x_l))$$
+#
+# Post-norm normalises the *sum*: the stream is reset to unit scale after every sub-layer, and the identity
+# path of the residual passes through a layer norm each time. Pre-norm normalises only what goes *into* the
+# sub-layer: the stream $x_l$ itself is never normalised, the identity path is clean from the top of the
+# stack to the bottom, and a final layer norm after the last layer (`Encoder(norm_first=True)` adds it)
+# rescales the output.
+#
+# A historical knot worth knowing: the paper's text and figure 1 say post-norm, and so does its 6-layer base
+# model, trained with a learning-rate **warm-up** (4000 steps, section 5.3). Some well-known code, including
+# later versions of the authors' own `tensor2tensor` library and The Annotated Transformer, applies the norm
+# *first* while its prose quotes $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$. Both are legitimate
+# Transformers; they are not the same function. `tfm_lesson` makes the choice an option, `norm_first`, with
+# the paper's post-norm as default. Here is each, written out and compared with one `EncoderLayer`
+# (dropout off so that the outputs are deterministic):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def post_norm(x, sublayer, norm):
+    return norm(x + sublayer(x))            # LayerNorm(x + Sublayer(x))
+
+
+def pre_norm(x, sublayer, norm):
+    return x + sublayer(norm(x))            # x + Sublayer(LayerNorm(x))
+
+
+x = torch.randn(2, 5, 32, device=device)    # (batch, seq_len, d_model)
+for norm_first, wrap in ((False, post_norm), (True, pre_norm)):
+    layer = EncoderLayer(32, 4, 64, dropout=0.0, norm_first=norm_first).to(device).eval()
+    attend = lambda t: layer.self_attn(t, t, t)[0]  # (batch, seq_len, d_model)
+    h = wrap(x, attend, layer.norm1)                # sub-layer 1: self-attention
+    h = wrap(h, layer.feed_forward, layer.norm2)    # sub-layer 2: feed-forward
+    print(f"norm_first={norm_first!s:5}  by hand == EncoderLayer: {torch.allclose(h, layer(x), atol=1e-5)}")
+
+# %% [markdown]
+# ## See it: settle post-norm vs pre-norm with measurements
+#
+# Claims about the two placements are easy to make; let us measure. We build two stacks of **24**
+# `EncoderLayer`s ($d_{\text{model}} = 32$, 4 heads, $d_{ff} = 64$, dropout off) from the same seed, one
+# post-norm, one pre-norm (with its final norm), feed the same unit-variance input
+# $(4, 16, d_{\text{model}})$, put a fixed random linear read-out on top as a stand-in loss, and record per
+# layer $l$ (`tfm_lesson.depth.depth_statistics`):
+#
+# - the standard deviation of layer $l$'s output (the residual stream);
+# - the norm of the gradient of the loss with respect to layer $l$'s parameters;
+# - the norm of the gradient with respect to layer $l$'s output, relative to the top layer's: how the
+#   learning signal changes on its way down.
+
+# %%
+layers = 24
+x = torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(0)).to(device)  # (batch, seq_len, d_model)
+stats = {name: depth_statistics(encoder_stack(layers, norm_first).to(device), x)
+         for name, norm_first in (("post-norm (paper)", False), ("pre-norm", True))}
+depth_axis = list(range(1, layers + 1))
+
+# %%
+viz.plot_lines({k: s["activation_std"] for k, s in stats.items()}, x=depth_axis,
+               title="Residual stream scale by depth at initialisation: pre-norm grows, post-norm is reset",
+               xlabel="layer l", ylabel="std of layer l's output")
+
+# %%
+viz.plot_lines({k: s["input_gradient_norm"] for k, s in stats.items()}, x=depth_axis,
+               title="Gradient reaching layer l's output, relative to the top layer",
+               xlabel="layer l (1 = bottom)", ylabel="||dL/dx_l|| / ||dL/dx_L||")
+
+# %%
+viz.plot_lines({k: s["gradient_norm"] for k, s in stats.items()}, x=depth_axis,
+               title="Gradient norm of each layer's parameters at initialisation",
+               xlabel="layer l (1 = bottom)", ylabel="||dL/dθ_l||")
+
+# %% [markdown]
+# The numbers behind the figures (rounded):
+
+# %%
+for name, s in stats.items():
+    a, g, p = s["activation_std"], s["input_gradient_norm"], s["gradient_norm"]
+    print(f"{name:18s} stream std  layer 1 {a[0]:.1f} -> layer {layers} {a[-1]:.1f}")
+    print(f"{'':18s} grad to stream min {min(g):.1f}, max {max(g):.1f}")
+    print(f"{'':18s} param grads from {min(p):.2f} to {max(p):.2f}: spread (max/min) {max(p) / min(p):.1f}")
+ratio = [p / q for p, q in zip(stats["post-norm (paper)"]["gradient_norm"], stats["pre-norm"]["gradient_norm"])]
+print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(ratio):.1f} to {max(ratio):.1f}")
+
+# %% [markdown]
+# **What the figures show.**
+#
+# 1. *Scale.* In post-norm every layer ends with a layer norm, so every layer's output has std 1: the
+#    stream is reset each time. In pre-norm the stream is the running sum of all sub-layer outputs and
+#    grows steadily with depth (here from about 1.05 to about 1.8 over 24 layers). That growth is harmless
+#    because every sub-layer reads a normalised copy, and the final norm rescales the output; but it means
+#    each later layer changes the stream *relatively* less.
+# 2. *The learning signal on the way down.* In pre-norm the gradient reaching any layer's output is at
+#    least the top's (the clean identity path: $\partial x_L/\partial x_l = I + \dots$, every branch adds
+#    its own term) and grows toward the bottom, to 1.8 times the top's. In post-norm it must pass through
+#    the Jacobian of a layer norm twice per layer, which projects out the direction of the mean and rescales
+#    by $1/\sigma$; it never gains and sinks to about 0.8 of the top's in the middle of the stack. Mild
+#    here, because our sub-layers start small compared with the stream, but nothing in post-norm protects
+#    the path the way pre-norm's identity does.
+# 3. *Parameter gradients.* Post-norm's are larger, at every layer (1.4 to 2.2 times here), and
+#    more uneven across depth (a spread of about 2 between layers, against about 1.5). Pre-norm's are
+#    smaller and flatter: the final norm divides by the grown stream
+#    scale, and each layer's branch is one of many added terms. Xiong et al. (2020, "On Layer Normalization
+#    in the Transformer Architecture") prove the same pattern in general: at initialisation, post-norm's
+#    gradients near the output do not shrink with depth, pre-norm's scale like $1/\sqrt{L}$.
+#
+# **Why this means warm-up for post-norm.** Adam takes steps of roughly the learning rate per parameter,
+# whatever the gradient's size. In post-norm, each layer's update changes a stream that is renormalised right
+# after, so the update's effect is not diluted by the residual; large, uneven gradients in the first steps
+# (when Adam's variance estimates are still poor) move the output a lot, and a deep post-norm stack can
+# diverge or collapse (Liu et al. 2020 call it the *amplification effect*). A warm-up (the paper's
+# $\text{lrate} \propto \min(\text{step}^{-0.5}, \text{step}\cdot\text{warmup}^{-1.5})$, chapter 10) keeps the
+# first steps small until the statistics settle. In pre-norm each update is one small term added to a large,
+# unnormalised stream, gradients are tame and even, so deep stacks train without warm-up (Xiong et al.;
+# Wang et al. 2019 trained 30-layer pre-norm encoders where post-norm failed). The price of pre-norm: the
+# later layers' contributions shrink relative to the stream, and many people find post-norm slightly better
+# when it does train (which is why the paper's 6-layer post-norm works fine with warm-up).
+#
+# We measured this at initialisation on small stacks, on CPU, in seconds. The effect here is moderate
+# (a factor 1.4–2.2 in parameter gradients and a 15–20% sink in post-norm's backward signal over 24 layers);
+# it grows with depth and with $d_{\text{model}}$. A real training comparison belongs in chapter 10, where
+# the warm-up schedule is built.
+#
+# ## Play with it
+#
+# Drag the depth and switch the placement: the two panels are the activation-scale and parameter-gradient
+# figures above, recomputed for a fresh stack. Try 2 layers (the two placements barely differ) and 24 (the
+# stream growth and the gradient gap widen). Outside a live notebook you see the default: 12 layers, both
+# placements.
+
+# %%
+depth_explorer(max_layers=24)
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1: your own `LayerNorm`
+#
+# Write `MyLayerNorm(d_model, eps=1e-5)`, an `nn.Module` with parameters `weight` ($\gamma$, ones) and
+# `bias` ($\beta$, zeros) of shape $(d_{\text{model}},)$, whose `forward` maps $(\dots, d_{\text{model}})$
+# to the same shape. Do not call `F.layer_norm` or `nn.LayerNorm`. The checker feeds tiny variances, small
+# $d_{\text{model}}$, float64 and 2-D to 4-D inputs, and names the mistake it recognises.
+
+# %%
+class MyLayerNorm(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        ...  # your turn: self.eps, self.weight, self.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ...  # your turn
+
+
+# %% tags=["solution"]
+class MyLayerNorm(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))   # gamma
+        self.bias = nn.Parameter(torch.zeros(d_model))    # beta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mu = x.mean(dim=-1, keepdim=True)                          # (..., 1)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)          # (..., 1), biased
+        return self.weight * (x - mu) / torch.sqrt(var + self.eps) + self.bias
+
+
+# %%
+check_layer_norm(MyLayerNorm)
+
+# %% [markdown]
+# ### Exercise 2: the paper's post-norm block
+#
+# Write `my_post_norm(x, sublayer, norm)` returning the output of one sub-layer block as the paper
+# writes it. `x` is $(\text{batch}, \text{seq\_len}, d_{\text{model}})$; `sublayer` and `norm` are modules
+# mapping that shape to itself. Call the sub-layer once.
+
+# %%
+def my_post_norm(x, sublayer, norm):
+    ...  # your turn
+
+
+# %% tags=["solution"]
+def my_post_norm(x, sublayer, norm):
+    return norm(x + sublayer(x))
+
+
+# %%
+check_post_norm(my_post_norm)
+
+# %% [markdown]
+# ### Exercise 3: the pre-norm block
+#
+# Now `my_pre_norm(x, sublayer, norm)`: normalise what goes into the sub-layer, and keep the raw stream on
+# the residual path. (The checker recognises post-norm and pre-norm swapped, a missing residual, a
+# normalised residual and a double norm.)
+
+# %%
+def my_pre_norm(x, sublayer, norm):
+    ...  # your turn
+
+
+# %% tags=["solution"]
+def my_pre_norm(x, sublayer, norm):
+    return x + sublayer(norm(x))
+
+
+# %%
+check_pre_norm(my_pre_norm)
+
+# %% [markdown]
+# ### Exercise 4 (explore, no checker): how deep before it shows?
+#
+# Use `depth_statistics(encoder_stack(L, norm_first), x)` for $L = 2, 6, 12, 24$ and both placements and
+# plot, against $L$, the ratio of post-norm's to pre-norm's gradient norm at the top layer. Then try
+# $d_{\text{model}} = 64$ (`encoder_stack(L, norm_first, d_model=64, d_ff=128)`, with a matching `x`).
+# Does the gap grow with depth? With width?
+#
+# ## Summary
+#
+# - $\mathrm{LayerNorm}(x) = \gamma \odot (x - \mu)/\sqrt{\sigma^2 + \epsilon} + \beta$ over the **last**
+#   axis of $(\text{batch}, \text{seq\_len}, d_{\text{model}})$, with the **biased** variance and $\epsilon$
+#   **inside** the root; $2\,d_{\text{model}}$ parameters. Proven equal to `tfm_lesson.LayerNorm` (both
+#   paths) and `nn.LayerNorm`.
+# - The unbiased variance costs a constant $1-\sqrt{(d-1)/d}$ relative error; $\epsilon$ outside the root
+#   costs nothing until the variance nears $\epsilon$, and then everything.
+# - Residual connections keep signal and gradient alive through depth (24 tanh layers: dead without, alive
+#   with).
+# - Post-norm (paper) resets the stream's scale after each sub-layer; its gradients are larger and uneven
+#   and its backward signal sinks with depth, so it needs warm-up. Pre-norm keeps a clean identity path
+#   and even, smaller gradients, so deep stacks train without warm-up. `EncoderLayer(norm_first=...)`
+#   chooses; the default is the paper's.
+#
+# Next, chapter 06: the other sub-layer, the position-wise feed-forward network.
