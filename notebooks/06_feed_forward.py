@@ -1,0 +1,398 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %%
+# Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("tfm_lesson") is None:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
+                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+
+# %% [markdown]
+# # 06 · The position-wise feed-forward network
+#
+# Attention moves information *between* positions: each output is a weighted average of value vectors
+# from the whole sequence. But an average of values is still built from those values; attention alone
+# does very little *computation* on what it gathers. The second sub-layer of every encoder and decoder
+# layer does that computation, on each position separately: a small two-layer network, the
+# **position-wise feed-forward network** (FFN, paper section 3.3). It is the simplest part of the
+# Transformer, and it holds two thirds of its layer parameters.
+#
+# **What you will learn**
+#
+# - the formula $\mathrm{FFN}(x) = \max(0, xW_1 + b_1)W_2 + b_2$ and its shapes, with the paper's
+#   $d_{\text{model}} = 512 \to d_{ff} = 2048 \to 512$ expansion;
+# - to build it one position at a time, then vectorised, and prove it equal to
+#   `tfm_lesson.PositionwiseFeedForward` and to the FFN inside `torch.nn.TransformerEncoderLayer`;
+# - what "position-wise" means, proven two ways: permuting positions permutes outputs, and the FFN *is*
+#   a convolution with kernel size 1;
+# - why the activation is essential (without it the two matrices collapse into one), and ReLU vs GELU;
+# - the parameter budget of one encoder layer: attention vs FFN vs norms.
+
+# %%
+import math
+
+import ipywidgets as ipw
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tfm_lesson
+from tfm_lesson import EncoderLayer, PositionwiseFeedForward, viz, widgets
+from tfm_lesson.checks import check_feed_forward, check_gelu, check_layer_budget
+
+tfm_lesson.seed_everything(0)
+device = tfm_lesson.default_device()
+
+# %% [markdown]
+# ## Intuition: the same small MLP at every position
+#
+# After attention, the vector at each position holds what that token gathered from its context. The FFN
+# takes each such vector, projects it *up* into a wider space of $d_{ff}$ hidden units, keeps the positive
+# part of each (ReLU), and projects back *down* to $d_{\text{model}}$. Think of the hidden units as
+# $d_{ff}$ detectors, each asking "does this vector point my way?", and of $W_2$ as writing, for each
+# detector that fires, its own vector back into the stream. Researchers who probe trained models find such
+# units behaving like key–value memories: a pattern in, a contribution out.
+#
+# "Position-wise" means the **same** $W_1, b_1, W_2, b_2$ are used at every position, and no position
+# looks at another: mixing across positions is attention's job, computing within one is the FFN's.
+#
+# ## The math
+#
+# For one position $x \in \mathbb{R}^{1 \times d_{\text{model}}}$ (a row vector, as in the paper):
+#
+# $$\mathrm{FFN}(x) = \max(0,\; x W_1 + b_1)\, W_2 + b_2,\qquad
+# W_1 \in \mathbb{R}^{d_{\text{model}} \times d_{ff}},\; b_1 \in \mathbb{R}^{d_{ff}},\;
+# W_2 \in \mathbb{R}^{d_{ff} \times d_{\text{model}}},\; b_2 \in \mathbb{R}^{d_{\text{model}}}$$
+#
+# Shapes for a batch: $x$ is $(\text{batch}, \text{seq\_len}, d_{\text{model}})$, the hidden layer
+# $h = \max(0, xW_1 + b_1)$ is $(\text{batch}, \text{seq\_len}, d_{ff})$, the output is
+# $(\text{batch}, \text{seq\_len}, d_{\text{model}})$ again (it must be: a residual connection adds it to
+# $x$). The base model uses $d_{ff} = 4\,d_{\text{model}} = 2048$.
+#
+# One PyTorch detail: `nn.Linear(d_in, d_out)` stores its weight as $(d_{\text{out}}, d_{\text{in}})$ and
+# computes $x W^\top + b$; so `w_1.weight` is $W_1^\top$, shaped $(d_{ff}, d_{\text{model}})$.
+#
+# ## Build it: one position at a time
+
+# %%
+d_model, d_ff = 8, 32  # the paper's 4x expansion, small enough to print
+W1 = torch.randn(d_model, d_ff).to(device) / math.sqrt(d_model)  # (d_model, d_ff)
+b1 = torch.randn(d_ff).to(device) * 0.1                           # (d_ff,)
+W2 = torch.randn(d_ff, d_model).to(device) / math.sqrt(d_ff)     # (d_ff, d_model)
+b2 = torch.randn(d_model).to(device) * 0.1                        # (d_model,)
+
+
+def ffn_loop(x: torch.Tensor) -> torch.Tensor:
+    """x (batch, seq_len, d_model): apply the same MLP to each position, one by one."""
+    batch, seq_len, _ = x.shape
+    out = torch.empty(batch, seq_len, d_model, device=x.device)
+    for b in range(batch):
+        for t in range(seq_len):
+            hidden = torch.clamp(x[b, t] @ W1 + b1, min=0)  # (d_ff,): max(0, x W1 + b1)
+            out[b, t] = hidden @ W2 + b2                    # (d_model,)
+    return out
+
+
+# %% [markdown]
+# ## Build it: vectorised
+#
+# Matrix multiplication with a $(\dots, d_{\text{model}})$ tensor on the left already applies $W_1$ to
+# every position at once: the leading $(\text{batch}, \text{seq\_len})$ axes ride along.
+
+# %%
+def ffn(x: torch.Tensor) -> torch.Tensor:
+    hidden = torch.relu(x @ W1 + b1)  # (batch, seq_len, d_ff)
+    return hidden @ W2 + b2           # (batch, seq_len, d_model)
+
+
+# %% [markdown]
+# ## Check it
+#
+# Against the loop; against `tfm_lesson.PositionwiseFeedForward` loaded with the same numbers (remember
+# the transpose: `w_1.weight` is $W_1^\top$); and against the feed-forward block inside PyTorch's own
+# `nn.TransformerEncoderLayer`, whose weights `tfm_lesson.from_torch` copies into an `EncoderLayer`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x = torch.randn(2, 5, d_model).to(device)  # (batch, seq_len, d_model)
+module = PositionwiseFeedForward(d_model, d_ff).to(device).eval()
+with torch.no_grad():
+    module.w_1.weight.copy_(W1.T)  # (d_ff, d_model)
+    module.w_1.bias.copy_(b1)
+    module.w_2.weight.copy_(W2.T)  # (d_model, d_ff)
+    module.w_2.bias.copy_(b2)
+    print("shapes: x", tuple(x.shape), "-> hidden", tuple(torch.relu(x @ W1 + b1).shape), "-> out", tuple(ffn(x).shape))
+    print("loop == vectorised:                  ", torch.allclose(ffn_loop(x), ffn(x), atol=1e-5))
+    print("vectorised == PositionwiseFeedForward:", torch.allclose(module(x), ffn(x), atol=1e-5))
+
+    theirs = nn.TransformerEncoderLayer(d_model, nhead=2, dim_feedforward=d_ff, dropout=0.0,
+                                        batch_first=True).to(device).eval()
+    ours = tfm_lesson.from_torch(theirs)  # an EncoderLayer with theirs' weights
+    torch_ffn = theirs.linear2(theirs.dropout(theirs.activation(theirs.linear1(x))))  # PyTorch's FFN block
+    print("tfm_lesson FFN == nn.TransformerEncoderLayer's FFN:", torch.allclose(ours.feed_forward(x), torch_ffn, atol=1e-5))
+
+# %% [markdown]
+# ### Position-wise, proven twice
+#
+# **Permutation.** Shuffle the positions of $x$; the FFN's output is the unshuffled output, shuffled the
+# same way. (Attention has this property too, chapter 04; here it holds for a stronger reason: each output
+# depends on its own position only. Change position 0 and only output 0 moves.)
+#
+# **A 1×1 convolution.** The paper says it: "another way of describing this is as two convolutions with
+# kernel size 1". A `Conv1d` with kernel size 1 slides over the sequence and applies the same
+# $d_{\text{in}} \to d_{\text{out}}$ matrix at each step, seeing one position at a time. It wants
+# $(\text{batch}, \text{channels}, \text{length})$, so we transpose in and out.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with torch.no_grad():
+    perm = torch.tensor([3, 0, 4, 1, 2], device=device)
+    print("FFN(x shuffled) == FFN(x) shuffled:", torch.allclose(module(x[:, perm]), module(x)[:, perm], atol=1e-6))
+    x_changed = x.clone()
+    x_changed[:, 0] += 1.0  # change position 0 only
+    moved = (module(x_changed) - module(x)).abs().amax(dim=(0, 2)) > 0  # (seq_len,)
+    print("outputs that moved when only position 0 changed:", moved.tolist())
+
+    conv1 = nn.Conv1d(d_model, d_ff, kernel_size=1).to(device)
+    conv2 = nn.Conv1d(d_ff, d_model, kernel_size=1).to(device)
+    conv1.weight.copy_(module.w_1.weight.unsqueeze(-1))  # (d_ff, d_model, 1)
+    conv1.bias.copy_(module.w_1.bias)
+    conv2.weight.copy_(module.w_2.weight.unsqueeze(-1))  # (d_model, d_ff, 1)
+    conv2.bias.copy_(module.w_2.bias)
+    by_conv = conv2(torch.relu(conv1(x.transpose(1, 2)))).transpose(1, 2)  # (batch, seq_len, d_model)
+    # (a loose tolerance: on a GPU, convolutions may run in TF32, with about 3 significant digits)
+    print("two 1x1 convolutions == FFN:", torch.allclose(by_conv, module(x), atol=1e-3))
+
+# %% [markdown]
+# ## Why the activation matters
+#
+# Remove the $\max(0, \cdot)$ and the FFN becomes $(xW_1 + b_1)W_2 + b_2 = x\,(W_1W_2) + (b_1W_2 + b_2)$:
+# **one** linear map with a $d_{\text{model}} \times d_{\text{model}}$ matrix. The expansion to $d_{ff}$
+# bought nothing: the product $W_1W_2$ has rank at most $d_{\text{model}}$, and any linear map that the
+# attention output projection $W^O$ (chapter 03) could not already do, this cannot do either. Let us prove
+# it numerically: build the collapsed matrix and compare, and test linearity,
+# $f(a + b) = f(a) + f(b) - f(0)$.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def ffn_without_activation(x):
+    return (x @ W1 + b1) @ W2 + b2  # (batch, seq_len, d_model)
+
+
+W = W1 @ W2                     # (d_model, d_model): the two matrices, collapsed
+b = b1 @ W2 + b2                # (d_model,)
+a, c = torch.randn(2, 5, d_model).to(device), torch.randn(2, 5, d_model).to(device)
+zero = torch.zeros_like(a)
+print("collapsed matrix shape:", tuple(W.shape), " rank:", torch.linalg.matrix_rank(W).item(), "<= d_model =", d_model)
+print("no activation == one linear map x W + b:", torch.allclose(ffn_without_activation(x), x @ W + b, atol=1e-5))
+print("no activation is linear (affine):       ",
+      torch.allclose(ffn_without_activation(a + c), ffn_without_activation(a) + ffn_without_activation(c)
+                     - ffn_without_activation(zero), atol=1e-5))
+print("with ReLU it is not:                     ",
+      torch.allclose(ffn(a + c), ffn(a) + ffn(c) - ffn(zero), atol=1e-5))
+
+# %% [markdown]
+# ### ReLU vs GELU
+#
+# The paper uses ReLU, $\max(0, z)$: cheap, and exactly zero for negative inputs, so for each position
+# roughly half of the hidden units are silent at initialisation (a sparse code). Later models (BERT, GPT-2
+# and most since) use **GELU**, $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
+# $z$ weighted by the probability that a standard normal variable is below it. It is smooth, close to ReLU
+# for large $|z|$, slightly negative for $z < 0$ (minimum $\approx -0.17$ at $z \approx -0.75$), and its
+# gradient is never exactly zero, so no unit is ever fully "dead". `PositionwiseFeedForward(...,
+# activation="gelu")` and `nn.TransformerEncoderLayer(..., activation="gelu")` both use the exact form.
+
+# %%
+z = torch.linspace(-4, 4, 161)
+viz.plot_lines({"ReLU: max(0, z)": F.relu(z), "GELU: z Φ(z)": F.gelu(z),
+                "GELU's slope dGELU/dz": torch.vmap(torch.func.grad(F.gelu))(z)},
+               x=z, title="ReLU and GELU: GELU is a smooth ReLU that dips below zero", xlabel="z (hidden pre-activation)",
+               ylabel="value")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with torch.no_grad():
+    pre = x @ W1 + b1  # (batch, seq_len, d_ff): the hidden layer before its activation
+    print(f"hidden units exactly zero after ReLU: {(torch.relu(pre) == 0).float().mean().item():.0%}")
+    print(f"hidden units exactly zero after GELU: {(F.gelu(pre) == 0).float().mean().item():.0%}")
+    print("GELU minimum on [-4, 4]:", round(F.gelu(z).min().item(), 2), "at z =", round(z[F.gelu(z).argmin()].item(), 2))
+
+# %% [markdown]
+# ## See it: the parameter budget of one encoder layer
+#
+# Count what one encoder layer of the base model ($d_{\text{model}} = 512$, $h = 8$, $d_{ff} = 2048$)
+# holds:
+#
+# - self-attention: $W^Q, W^K, W^V, W^O$, each $d_{\text{model}} \times d_{\text{model}}$ whatever the
+#   number of heads (each head has $d_k = d_{\text{model}}/h$), plus biases: $4d_{\text{model}}^2 +
+#   4d_{\text{model}}$;
+# - FFN: $W_1, W_2$ plus $b_1, b_2$: $2\,d_{\text{model}}d_{ff} + d_{ff} + d_{\text{model}}$;
+# - two layer norms: $4\,d_{\text{model}}$.
+#
+# We count them on a real `EncoderLayer` and check the formulas.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+base = EncoderLayer(512, 8, 2048)
+budget = {"self-attention": count(base.self_attn), "feed-forward": count(base.feed_forward),
+          "layer norms": count(base.norm1) + count(base.norm2)}
+for name, n in budget.items():
+    print(f"{name:15s} {n:>9,}  ({n / count(base):.1%})")
+print(f"{'whole layer':15s} {count(base):>9,}")
+print("formulas agree:", budget == {"self-attention": 4 * 512 ** 2 + 4 * 512,
+                                    "feed-forward": 2 * 512 * 2048 + 2048 + 512, "layer norms": 4 * 512})
+
+# %%
+viz.plot_bars(budget, title="One base encoder layer: the FFN holds two thirds of the parameters",
+              ylabel="parameters")
+
+# %% [markdown]
+# The figure shows the split: about 2.1 M parameters in the FFN, 1.05 M in attention, 2 048 in the
+# norms. With $d_{ff} = 4d_{\text{model}}$ the FFN has $8d_{\text{model}}^2$ weights against attention's
+# $4d_{\text{model}}^2$: twice as many, at any width. The same ratio holds for the work done per token
+# (a multiply–add per weight), so the FFN also dominates the compute at short sequence lengths; attention's
+# extra cost, the $n \times n$ score matrix, only wins once $n$ is comparable to $d_{\text{model}}$. The norms
+# are negligible in count, not in effect (chapter 05).
+#
+# ## Play with it
+#
+# Change $d_{\text{model}}$, the expansion $d_{ff}/d_{\text{model}}$ and the number of heads, and watch
+# the budget: the heads slider changes nothing (head count splits $d_{\text{model}}$, it does not add
+# parameters), and the expansion ratio decides the FFN's share. Outside a live notebook you see the
+# default, the base model.
+
+# %%
+d_slider = ipw.IntSlider(value=512, min=64, max=1024, step=64, description="d_model", continuous_update=False)
+ratio_slider = ipw.IntSlider(value=4, min=1, max=8, description="d_ff / d_model", continuous_update=False,
+                            style={"description_width": "initial"})
+heads_slider = ipw.Dropdown(options=[1, 2, 4, 8, 16], value=8, description="heads")
+
+
+def render_budget():
+    layer = EncoderLayer(d_slider.value, heads_slider.value, ratio_slider.value * d_slider.value, dropout=0.0)
+    shares = {"self-attention": count(layer.self_attn), "feed-forward": count(layer.feed_forward),
+              "layer norms": count(layer.norm1) + count(layer.norm2)}
+    ffn_share = shares["feed-forward"] / sum(shares.values())
+    return viz.plot_bars(shares, title=f"d_model={d_slider.value}, d_ff={ratio_slider.value * d_slider.value}, "
+                                       f"heads={heads_slider.value}: FFN holds {ffn_share:.0%}", ylabel="parameters")
+
+
+widgets.Explorer("budget_explorer", {"d_model": d_slider, "ratio": ratio_slider, "heads": heads_slider},
+                 render_budget)
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1: your own feed-forward module
+#
+# Write `MyFeedForward(d_model, d_ff, dropout=0.0, activation="relu")`, an `nn.Module` with
+# `w_1 = nn.Linear(d_model, d_ff)` and `w_2 = nn.Linear(d_ff, d_model)` (these names let the checker load
+# weights into it), computing $w_2(\mathrm{dropout}(\mathrm{act}(w_1(x))))$ for $x$ of shape
+# $(\text{batch}, \text{seq\_len}, d_{\text{model}})$, with `activation` either `"relu"` or `"gelu"`.
+# Dropout must be off in eval mode. The checker names: a missing activation, an activation after the second
+# linear, the wrong activation, GELU's tanh approximation, dropout in eval mode, and mixing positions.
+
+# %%
+class MyFeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
+        super().__init__()
+        ...  # your turn: self.w_1, self.w_2, the activation, the dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ...  # your turn
+
+
+# %% tags=["solution"]
+class MyFeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)   # W1: d_model -> d_ff
+        self.w_2 = nn.Linear(d_ff, d_model)   # W2: d_ff -> d_model
+        self.activation = {"relu": F.relu, "gelu": F.gelu}[activation]
+        self.dropout = nn.Dropout(dropout)    # a module: it follows .train() / .eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.activation(self.w_1(x))  # (batch, seq_len, d_ff)
+        return self.w_2(self.dropout(hidden))  # (batch, seq_len, d_model)
+
+
+# %%
+check_feed_forward(MyFeedForward)
+
+# %% [markdown]
+# ### Exercise 2: GELU from its definition
+#
+# Write `my_gelu(z)` $= z\,\Phi(z)$ elementwise, with $\Phi(z) = \frac12\left(1 +
+# \mathrm{erf}(z/\sqrt2)\right)$ the standard normal CDF (`torch.erf` exists), without calling `F.gelu`.
+# It must keep the input's dtype. The checker recognises the tanh and sigmoid approximations, a missing
+# $\sqrt2$, a missing $\frac12$, and $\Phi$ alone.
+
+# %%
+def my_gelu(z: torch.Tensor) -> torch.Tensor:
+    ...  # your turn
+
+
+# %% tags=["solution"]
+def my_gelu(z: torch.Tensor) -> torch.Tensor:
+    return z * 0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))
+
+
+# %%
+check_gelu(my_gelu)
+
+# %% [markdown]
+# ### Exercise 3: the budget with pen and paper
+#
+# Write `layer_budget(d_model, heads, d_ff)` returning `{"attention": ..., "feed_forward": ...,
+# "norms": ...}`, the parameter counts (weights and biases) of one encoder layer's self-attention,
+# feed-forward network and its two layer norms, from the formulas, without building a module. The checker
+# tries the base model and random sizes, and recognises forgotten biases, a forgotten $W^O$, counts that
+# grow with the number of heads, and one layer norm instead of two.
+
+# %%
+def layer_budget(d_model: int, heads: int, d_ff: int) -> dict:
+    ...  # your turn
+
+
+# %% tags=["solution"]
+def layer_budget(d_model: int, heads: int, d_ff: int) -> dict:
+    return {"attention": 4 * d_model * d_model + 4 * d_model,       # W^Q, W^K, W^V, W^O and their biases
+            "feed_forward": 2 * d_model * d_ff + d_ff + d_model,    # W_1, W_2, b_1, b_2
+            "norms": 2 * 2 * d_model}                              # two norms, gain and shift each
+
+
+# %%
+check_layer_budget(layer_budget)
+
+# %% [markdown]
+# ## Summary
+#
+# - $\mathrm{FFN}(x) = \max(0, xW_1 + b_1)W_2 + b_2$: $(\text{batch}, \text{seq\_len}, d_{\text{model}})
+#   \to (\dots, d_{ff}) \to (\dots, d_{\text{model}})$, with $d_{ff} = 4d_{\text{model}}$ in the paper.
+#   Proven equal to `tfm_lesson.PositionwiseFeedForward` and to the FFN inside
+#   `nn.TransformerEncoderLayer`.
+# - Position-wise: the same weights at every position, no mixing; permuting positions permutes outputs, and
+#   it is exactly two 1×1 convolutions.
+# - The activation is what makes it more than one $d_{\text{model}} \times d_{\text{model}}$ linear map;
+#   ReLU (the paper) or GELU (most later models, smooth, $z\,\Phi(z)$).
+# - In a base encoder layer the FFN holds 2.1 M of 3.15 M parameters (two thirds), attention 1.05 M, the
+#   norms 2 048.
+#
+# Next, chapter 07 stacks attention and the FFN, each wrapped as in chapter 05, into the encoder.
