@@ -109,7 +109,7 @@ def attention_loop(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> torch.T
     out = []
     for q in Q:  # q: (d_k,)
         scores = torch.stack([q @ k for k in K]) / math.sqrt(Q.size(-1))  # (k_len,): one score per key
-        weights = scores.exp() / scores.exp().sum()  # (k_len,): positive, sums to 1
+        weights = scores.exp() / scores.exp().sum()  # (k_len,): positive, sums to 1 (see ch. 00 for the max trick)
         out.append(sum(w * v for w, v in zip(weights, V)))  # (d_v,): weighted average of the value rows
     return torch.stack(out)  # (q_len, d_v)
 
