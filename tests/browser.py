@@ -38,6 +38,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on show (other tabs stay in the DOM, hidden)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -210,8 +211,8 @@ def open_notebook(page, server: JupyterServer, path: str, timeout: float = 90) -
 
     JupyterLab sometimes asks which kernel to start ("Select Kernel") although the notebook names one:
     the dialog's default (the notebook's own kernel) is accepted."""
-    page.goto(server.lab_url(path))
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout * 1000)
+    page.goto(server.lab_url(path) + "&reset")  # reset: no other notebook of an earlier visit is reopened
+    page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell", timeout=timeout * 1000)
     deadline = time.monotonic() + timeout
     idle = 0
     while idle < 3:  # idle and no dialog, three times in a row
@@ -233,42 +234,41 @@ def accept_kernel_dialog(page) -> bool:
     return False
 
 
+KERNEL_IDLE = f"""() => {{ const el = document.querySelector('{PANEL} .jp-Notebook-ExecutionIndicator');
+                          return !!el && el.getAttribute('data-status') === 'idle'; }}"""
+# JupyterLab 4 renders an error output like stderr (data-mime-type="application/vnd.jupyter.stderr"); what tells
+# them apart is IPython's traceback text: "Traceback (most recent call last)" or "Cell In[n], line m".
+ERROR_OUTPUTS = f"""() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output')].filter(e =>
+    e.matches('[data-mime-type="application/vnd.jupyter.error"]')
+    || (e.matches('[data-mime-type="application/vnd.jupyter.stderr"]')
+        && /Traceback \\(most recent call last\\)|Cell In\\[\\d+\\], line \\d+/.test(e.textContent))
+    || /Error displaying widget|Failed to display Jupyter Widget/.test(e.textContent))"""
+# every code cell numbered, or (Run All stops at an error) an error shown and no cell still queued or running
+ALL_RUN = f"""() => {{ const prompts = [...document.querySelectorAll('{PANEL} .jp-CodeCell .jp-InputPrompt')];
+    if (prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))) return true;
+    return ({ERROR_OUTPUTS})().length > 0 && !prompts.some(p => p.textContent.includes('*')); }}"""
+
+
 def _kernel_idle(page) -> bool:
-    return page.evaluate(
-        """() => { const el = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
-                   return !!el && el.getAttribute('data-status') === 'idle'; }""")
+    return page.evaluate(KERNEL_IDLE)
 
 
 def wait_kernel_idle(page, timeout: float = 120) -> None:
     """Wait until the notebook's kernel status says idle (the toolbar's kernel indicator)."""
-    page.wait_for_function(
-        """() => { const el = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
-                   return el && el.getAttribute('data-status') === 'idle'; }""",
-        timeout=timeout * 1000)
+    page.wait_for_function(KERNEL_IDLE, timeout=timeout * 1000)
 
 
 def run_all_cells(page, timeout: float = 300) -> None:
-    """Run > Run All Cells from the menu bar, then wait until every code cell has an execution count."""
+    """Run > Run All Cells from the menu bar, then wait until every code cell has an execution count, or
+    until a cell failed (JupyterLab stops there): check :func:`cell_errors` afterwards."""
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
     page.wait_for_timeout(500)
     accept_kernel_dialog(page)
-    page.wait_for_function(
-        """() => { const prompts = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
-                   return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent)); }""",
-        timeout=timeout * 1000)
+    page.wait_for_function(ALL_RUN, timeout=timeout * 1000)
     wait_kernel_idle(page, timeout)
 
 
 def cell_errors(page) -> list[str]:
     """Texts of error outputs (tracebacks) and of widgets that failed to display, in the open notebook."""
-    return page.evaluate(
-        """() => {
-            const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)') || document;
-            const errors = [...panel.querySelectorAll('[data-mime-type="application/vnd.jupyter.error"]')]
-                .map(e => e.textContent.slice(0, 500));
-            const widgets = [...panel.querySelectorAll('.jp-OutputArea-output')]
-                .filter(e => /Error displaying widget|Failed to display Jupyter Widget/.test(e.textContent))
-                .map(e => e.textContent.slice(0, 300));
-            return errors.concat(widgets);
-        }""")
+    return page.evaluate(f"() => ({ERROR_OUTPUTS})().map(e => e.textContent.slice(0, 800))")

@@ -230,3 +230,15 @@ def test_real_chapter_runs_and_its_explorer_moves(lab_page) -> None:
             _move_and_check(page, explorer, label, action, arg, f"chapter01-{e}-{label}")
     assert cell_errors(page) == []
     screenshot(page, "chapter01_after_moves")
+
+
+def test_error_check_sees_a_failing_cell(lab_page) -> None:
+    """The "no cell shows an error" checks above can fail: a traceback (rendered like stderr in JupyterLab 4)
+    is found, a mere warning on stderr is not."""
+    page, lab = lab_page
+    write_notebook(lab.root_dir / "failing.ipynb",
+                   ["import warnings; warnings.warn('only a warning')", "1 / 0", "print('not reached')"])
+    open_notebook(page, lab, "failing.ipynb")
+    run_all_cells(page, timeout=120)
+    errors = cell_errors(page)
+    assert len(errors) == 1 and "ZeroDivisionError" in errors[0], errors
