@@ -209,7 +209,8 @@ one = q[1, 2] @ k[1, 2].transpose(-2, -1)  # sentence 1, head 2 on its own: (q_l
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("scores:", tuple(scores.shape), " same as one (sentence, head) at a time:", torch.allclose(scores[1, 2], one, atol=1e-6))
+print("scores:", tuple(scores.shape),
+      " same as one (sentence, head) at a time:", torch.allclose(scores[1, 2], one, atol=1e-6))
 print("k.mT:", tuple(k.mT.shape), "  k.permute(3, 2, 1, 0), what k.T would give:", tuple(k.permute(3, 2, 1, 0).shape))
 
 # %% [markdown]

@@ -203,9 +203,10 @@ print("scaled variance within 5% of 1 for every d_k:", all(abs(sv - 1) < 0.05 fo
 # averaged over 500 rows).
 
 # %%
-def saturation(dk: int, scaled: bool, rows: int = 500, keys: int = 10) -> tuple[float, float]:
-    q = torch.randn(rows, 1, dk, generator=gen)  # (rows, 1 query, d_k)
-    k = torch.randn(rows, keys, dk, generator=gen)  # (rows, keys, d_k)
+def saturation(dk: int, scaled: bool, n_rows: int = 500, keys: int = 10) -> tuple[float, float]:
+    """Mean largest weight and mean gradient size of softmax rows of `keys` scores, for random q, k."""
+    q = torch.randn(n_rows, 1, dk, generator=gen)  # (rows, 1 query, d_k)
+    k = torch.randn(n_rows, keys, dk, generator=gen)  # (rows, keys, d_k)
     s = (q @ k.transpose(-2, -1)).squeeze(1)  # (rows, keys)
     if scaled:
         s = s / math.sqrt(dk)

@@ -202,7 +202,8 @@ blocked = ~decoder_mask.expand_as(weights)
 print("blocked keys have weight exactly 0:", bool((weights[blocked] == 0).all()))
 print("rows sum to 1:", torch.allclose(weights.sum(-1), torch.ones(3, heads, seq_len, device=device)))
 print("tfm_lesson == F.scaled_dot_product_attention:", torch.allclose(out, fused, atol=1e-5))
-print("positions 0..4 unchanged after changing position 5:", torch.allclose(out[:, :, :-1], out_changed[:, :, :-1], atol=1e-6))
+print("positions 0..4 unchanged after changing position 5:",
+      torch.allclose(out[:, :, :-1], out_changed[:, :, :-1], atol=1e-6))
 
 # %% [markdown]
 # ### The opposite convention: `nn.MultiheadAttention`

@@ -90,7 +90,8 @@ class ShapeTrace:
         return str(self)
 
     def _repr_html_(self) -> str:
-        th = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("module", "class", "input shapes", "output shapes"))
+        headers = ("module", "class", "input shapes", "output shapes")
+        th = "".join(f"<th style='text-align:left'>{h}</th>" for h in headers)
         body = []
         for r in self.rows:
             pad = f"padding-left:{0.3 + 1.2 * r.depth:.1f}em"
@@ -109,7 +110,8 @@ def trace_shapes(module: nn.Module, *args: Any, max_depth: int = 2, **kwargs: An
     """Run ``module(*args, **kwargs)`` once and record the input/output shapes of each submodule.
 
     Submodules nested deeper than ``max_depth`` (the model itself is depth 0, its children depth 1, ...;
-    a ``ModuleList`` adds no level, so ``encoder.layers.0`` is depth 2) are left out. A module called several times (a shared layer) gets one row per call. Returns a
+    a ``ModuleList`` adds no level, so ``encoder.layers.0`` is depth 2) are left out. A module called several
+    times (a shared layer) gets one row per call. Returns a
     :class:`ShapeTrace`: ``print`` it for a text table; Jupyter shows it as an HTML table.
     """
     if not isinstance(module, nn.Module):

@@ -176,7 +176,8 @@ def _check_weights(result: object, expected_w: Tensor) -> None:
     if isinstance(result, (tuple, list)) and len(result) > 1 and isinstance(result[1], Tensor):
         weights = result[1]
         expect(weights.shape == expected_w.shape,
-               f"your weights have shape {tuple(weights.shape)}, expected (..., q_len, k_len) = {tuple(expected_w.shape)}")
+               f"your weights have shape {tuple(weights.shape)}, expected (..., q_len, k_len) = "
+               f"{tuple(expected_w.shape)}")
         _weights_symptoms(weights, expected_w)
         diagnose(weights, expected_w, {}, "your output is right but the weights you return are not the ones used",
                  atol=1e-4)

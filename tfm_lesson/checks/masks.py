@@ -173,7 +173,8 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
         except Mistake as exc:
             if "overflow" in str(exc):
                 raise Mistake(f"{exc}. In {dtype}: -1e9 does not fit (float16's largest magnitude is 65504). Fill "
-                              "with float('-inf') (exact in every float dtype) or torch.finfo(scores.dtype).min.") from exc
+                              "with float('-inf') (exact in every float dtype) or torch.finfo(scores.dtype).min."
+                              ) from exc
             raise
         expect(got.shape == scores.shape, f"your weights have shape {tuple(got.shape)}, expected {tuple(scores.shape)}")
         rows = got[empty]
