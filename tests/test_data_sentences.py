@@ -56,7 +56,8 @@ def test_lexicon_size_and_every_word_known_to_pyrealb():
     (Clause(NPSpec(N["doctor"], "a", None, True, (A["good"],)), V["sleep"], tense="future"),
      "Good doctors will sleep.", "De bons médecins dormiront."),
     # negation turns the indefinite object into "de"
-    (Clause(PRO["I"], V["eat"], NPSpec(N["apple"], "a"), neg=True), "I do not eat an apple.", "Je ne mange pas de pomme."),
+    (Clause(PRO["I"], V["eat"], NPSpec(N["apple"], "a"), neg=True),
+     "I do not eat an apple.", "Je ne mange pas de pomme."),
     # passé composé with avoir, feminine plural subject, adjective after
     (Clause(NPSpec(N["woman"], "this", None, True, (A["intelligent"],)), V["read"], NPSpec(N["book"], "the"),
             tense="past"),
@@ -65,7 +66,12 @@ def test_lexicon_size_and_every_word_known_to_pyrealb():
     (Clause(PRO["she"], V["go"], place=NPSpec(N["market"], "the"), tense="past"),
      "She went to the market.", "Elle est allée au marché."),
     # possessive: English follows the owner, French the thing owned
-    (Clause(PRO["he"], V["see"], NPSpec(N["car"], "her"), tense="future"), "He will see her car.", "Il verra sa voiture."),
+    (Clause(PRO["he"], V["see"], NPSpec(N["car"], "her"), tense="future"),
+     "He will see her car.", "Il verra sa voiture."),
+    # "long" forced before the noun (pyRealB would put it after); question with inversion
+    (Clause(NPSpec(N["brother"], "her"), V["read"], NPSpec(N["story"], "the", None, False, (A["long"],)),
+            tense="past", question=True),
+     "Did her brother read the long story?", "Son frère a-t-il lu la longue histoire?"),
     # a past state is imparfait; the adjective agrees
     (Clause(NPSpec(N["table"], "the"), None, attribute=A["black"], tense="past", neg=True),
      "The table was not black.", "La table n'était pas noire."),

@@ -16,6 +16,7 @@ from .lexicon import CREDITS
 from .batching import Batch, batches, encode_batch, make_batch, pad_sequences
 from .numbers import load_numbers, number_pairs, number_words
 from .pairs import ParallelData, dedupe_by_source, from_pairs, read_tsv, split_pairs
+from .sentences import generate_sentences, load_sentences, shipped_sentences
 from .toy import TOY_TASKS, load_toy, toy_pairs
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 
@@ -24,6 +25,7 @@ __all__ = [
     "ParallelData", "from_pairs", "read_tsv", "dedupe_by_source", "split_pairs",
     "Batch", "batches", "make_batch", "encode_batch", "pad_sequences",
     "TOY_TASKS", "toy_pairs", "load_toy", "number_words", "number_pairs", "load_numbers",
+    "generate_sentences", "load_sentences", "shipped_sentences",
     "TASKS", "load_task", "CREDITS",
 ]
 
@@ -35,15 +37,15 @@ def load_task(name: str, seed: int = 0, **kw) -> ParallelData:
 
     Keyword arguments go to the task's loader: :func:`load_toy` (``n_train, n_valid, n_test, min_len,
     max_len, vocab_size``), :func:`load_numbers` (``n_train, n_valid, n_test, low, high``),
-    :func:`tfm_lesson.data.sentences.load_sentences` (``n_train, n_valid, n_test``).
+    :func:`load_sentences` (``n, n_train, n_valid, n_test, generate_seed``). ``seed`` fixes the sequences
+    drawn (toy, numbers) and the shuffle that splits them; the shipped sentences are the same for every
+    ``seed``, only their split changes (pass ``generate_seed`` for new sentences).
     """
     if name in TOY_TASKS:
         return load_toy(name, seed=seed, **kw)
     if name == "numbers":
         return load_numbers(seed=seed, **kw)
     if name == "sentences":
-        from .sentences import load_sentences
-
         return load_sentences(seed=seed, **kw)
     raise ValueError(f"task name must be one of {TASKS}, got {name!r}")
 

@@ -9,9 +9,9 @@ carry real differences in agreement and word order::
     I do not eat an apple.                  Je ne mange pas de pomme.
     Did her brother read the long story?    Son frère a-t-il lu la longue histoire?
 
-Generating costs about a millisecond a pair, so the package ships 50,000 pairs made by
-``generate_sentences(50_000, seed=0)`` in ``sentences.tsv.gz``; :func:`load_sentences` reads them, and
-``python -m tfm_lesson.data.sentences`` rewrites the file (the result is byte-identical).
+Generating costs 1–3 ms a pair (400–900 pairs/s on a busy 2-core CPU), so the package ships the 50,000
+pairs made by ``generate_sentences(50_000, seed=0)`` in ``sentences.tsv.gz``; :func:`load_sentences` reads
+them, and ``python -m tfm_lesson.data.sentences`` rewrites the file (the result is byte-identical).
 
 Credits: pyRealB by Guy Lapalme (RALI, Université de Montréal), https://github.com/lapalme/pyrealb;
 its English and French lexicons are licensed CC BY 4.0. The word list (:mod:`.lexicon`) and the sentence
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .lexicon import (ADJECTIVES, CREDITS, DESTINATIONS, DETERMINERS, LIGATURES, MASS_NOUNS, NOUNS, NUMERALS, PRONOUNS, TIME_ADVERBS,
-                      VERBS, Adjective, Noun, Verb)
+from .lexicon import (ADJECTIVES, CREDITS, DESTINATIONS, DETERMINERS, LIGATURES, MASS_NOUNS, NOUNS, NUMERALS,
+                      PRONOUNS, TIME_ADVERBS, VERBS, Adjective, Noun, Verb)
 from .pairs import ParallelData, from_pairs
 
 __all__ = ["CREDITS", "SHIPPED_FILE", "SHIPPED_SIZE", "NPSpec", "Clause", "sample_clause", "realize",
@@ -279,8 +279,8 @@ def load_sentences(seed: int = 0, n: int | None = None, n_valid: int = 2000, n_t
     """English → French sentence pairs split without overlap (the split is shuffled with ``seed``).
 
     By default the shipped 50,000 pairs; ``n`` (or ``n_train + n_valid + n_test``) takes the first ``n``.
-    ``generate_seed`` (other than 0), or ``n`` above the shipped size, generates afresh (about a
-    millisecond a pair).
+    ``generate_seed`` (other than 0), or ``n`` above the shipped size, generates afresh (a
+    few milliseconds a pair).
     """
     if n is None and n_train is not None:
         n = n_train + n_valid + n_test
