@@ -357,26 +357,76 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 # 3. *Parameter gradients.* Post-norm's are larger, at every layer (1.4 to 2.2 times here), and
 #    more uneven across depth (a spread of about 2 between layers, against about 1.5). Pre-norm's are
 #    smaller and flatter: the final norm divides by the grown stream
-#    scale, and each layer's branch is one of many added terms. Xiong et al. (2020, "On Layer Normalization
-#    in the Transformer Architecture") prove the same pattern in general: at initialisation, post-norm's
-#    gradients near the output do not shrink with depth, pre-norm's scale like $1/\sqrt{L}$.
+#    scale, and each layer's branch is one of many added terms.
 #
-# **Why this means warm-up for post-norm.** Adam takes steps of roughly the learning rate per parameter,
-# whatever the gradient's size. In post-norm, each layer's update changes a stream that is renormalised right
-# after, so the update's effect is not diluted by the residual; large, uneven gradients in the first steps
-# (when Adam's variance estimates are still poor) move the output a lot, and a deep post-norm stack can
-# diverge or collapse (Liu et al. 2020 call it the *amplification effect*). A warm-up (the paper's
-# $\text{lrate} \propto \min(\text{step}^{-0.5}, \text{step}\cdot\text{warmup}^{-1.5})$, chapter 10) keeps the
-# first steps small until the statistics settle. In pre-norm each update is one small term added to a large,
-# unnormalised stream, gradients are tame and even, so deep stacks train without warm-up (Xiong et al.;
-# Wang et al. 2019 trained 30-layer pre-norm encoders where post-norm failed). The price of pre-norm: the
-# later layers' contributions shrink relative to the stream, and many people find post-norm slightly better
-# when it does train (which is why the paper's 6-layer post-norm works fine with warm-up).
+# ### One optimiser step
 #
-# We measured this at initialisation on small stacks, on CPU, in seconds. The effect here is moderate
-# (a factor 1.4–2.2 in parameter gradients and a 15–20% sink in post-norm's backward signal over 24 layers);
-# it grows with depth and with $d_{\text{model}}$. A real training comparison belongs in chapter 10, where
-# the warm-up schedule is built.
+# Gradients at initialisation are half of the story; what an update *does* is the other half. Adam's very
+# first step is exactly $-\text{lr}\cdot\mathrm{sign}(g)$ for every parameter (its moment estimates are
+# then $g$ and $g^2$), whatever the gradient's size. So we take one real `torch.optim.Adam` step
+# ($\text{lr} = 10^{-3}$, no warm-up) on the same read-out loss, for stacks of 2 to 16 layers, and measure
+# how much the stack's output moved: $\lVert y_{\text{after}} - y_{\text{before}}\rVert /
+# \lVert y_{\text{before}}\rVert$.
+
+# %%
+def run_stack(stack, h):
+    for layer in stack.layers:
+        h = layer(h)                                   # (batch, seq_len, d_model)
+    return h if stack.norm is None else stack.norm(h)
+
+
+def output_change_after_one_step(num_layers: int, norm_first: bool, lr: float) -> float:
+    stack = encoder_stack(num_layers, norm_first).to(device)
+    opt = torch.optim.Adam(stack.parameters(), lr=lr)
+    before = run_stack(stack, x)
+    (before * readout).mean().backward()               # the same stand-in loss as above
+    opt.step()
+    with torch.no_grad():
+        after = run_stack(stack, x)
+    return ((after - before).norm() / before.norm()).item()
+
+
+readout = torch.randn(x.shape, generator=torch.Generator().manual_seed(1)).to(device)  # (batch, seq_len, d_model)
+depths = [2, 4, 8, 16]
+change = {name: [output_change_after_one_step(n, norm_first, 1e-3) for n in depths]
+          for name, norm_first in (("post-norm (paper)", False), ("pre-norm", True))}
+viz.plot_lines(change, x=depths, title="How far ONE Adam step (lr 1e-3, no warm-up) moves the output",
+               xlabel="number of layers L", ylabel="relative change of the output")
+
+# %%
+for name, values in change.items():
+    print(f"{name:18s}", "  ".join(f"L={n}: {v:.2f}" for n, v in zip(depths, values)))
+print(f"post-norm, 16 layers, first step of a 4000-step warm-up (lr 1e-3 / 4000): "
+      f"{output_change_after_one_step(16, False, 1e-3 / 4000):.4f}")
+
+# %% [markdown]
+# With two layers the placements behave alike. With depth, one step moves the post-norm stack's output
+# more and more: at 16 layers a single step of size $10^{-3}$ changes about three quarters of it, against
+# about 40% for pre-norm. An optimiser whose every step rewrites the function it is optimising
+# is not following a gradient any more; that is the instability. With a warm-up, the first step is 4000
+# times smaller and the output barely moves, while Adam's statistics settle.
+#
+# **Why this means warm-up for post-norm.** Adam's step is about the learning rate per parameter
+# whatever the gradient's size, so what decides stability is how much the *output* moves when every
+# parameter moves by that much. In post-norm each layer's update changes a stream that is renormalised
+# right after, so nothing dilutes it, and the changes compound through the depth (Liu et al. 2020,
+# "Understanding the Difficulty of Training Transformers", call it the *amplification effect*): that is
+# the one-step figure. A warm-up (the paper's $\text{lrate} = d_{\text{model}}^{-0.5} \cdot
+# \min(\text{step}^{-0.5}, \text{step}\cdot\text{warmup}^{-1.5})$ with 4000 warm-up steps, built in
+# chapter 10) keeps the first steps tiny while Adam's second-moment estimates, which start from a single
+# noisy gradient, settle. In pre-norm each update is one more term added to a large, unnormalised stream;
+# the output is less sensitive, gradients are smaller and more even, and deep pre-norm stacks train without
+# warm-up (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", who also show that
+# post-norm's gradients near the output do not shrink with depth while pre-norm's do). The price of
+# pre-norm: later layers' contributions shrink relative to the growing stream, and when post-norm does
+# train (as the paper's 6-layer model does, with warm-up) it is often found slightly better. Hence the
+# common practice: pre-norm for deep stacks and simple recipes, post-norm with warm-up when following the
+# paper.
+#
+# **Honest scale.** All of this was measured on small stacks ($d_{\text{model}} = 32$), at initialisation
+# and after one step, in seconds on a CPU. The differences are moderate here (a factor 1.4–2.2 in
+# parameter gradients, 0.74 against 0.43 after one step at 16 layers) and grow with depth, as the
+# figures show. Full training runs with and without warm-up belong to chapter 10.
 #
 # ## Play with it
 #
@@ -483,9 +533,10 @@ check_pre_norm(my_pre_norm)
 #   costs nothing until the variance nears $\epsilon$, and then everything.
 # - Residual connections keep signal and gradient alive through depth (24 tanh layers: dead without, alive
 #   with).
-# - Post-norm (paper) resets the stream's scale after each sub-layer; its gradients are larger and uneven
-#   and its backward signal sinks with depth, so it needs warm-up. Pre-norm keeps a clean identity path
-#   and even, smaller gradients, so deep stacks train without warm-up. `EncoderLayer(norm_first=...)`
+# - Post-norm (paper) resets the stream's scale after each sub-layer; its gradients are larger and more
+#   uneven, and one Adam step moves a deep post-norm stack's output much more (0.74 against 0.43 at 16
+#   layers), so it needs warm-up. Pre-norm keeps a clean identity path and even, smaller gradients, so deep
+#   stacks train without warm-up. `EncoderLayer(norm_first=...)`
 #   chooses; the default is the paper's.
 #
 # Next, chapter 06: the other sub-layer, the position-wise feed-forward network.
