@@ -63,8 +63,9 @@ device = tfm_lesson.default_device()
 # takes each such vector, projects it *up* into a wider space of $d_{ff}$ hidden units, keeps the positive
 # part of each (ReLU), and projects back *down* to $d_{\text{model}}$. Think of the hidden units as
 # $d_{ff}$ detectors, each asking "does this vector point my way?", and of $W_2$ as writing, for each
-# detector that fires, its own vector back into the stream. Researchers who probe trained models find such
-# units behaving like key–value memories: a pattern in, a contribution out.
+# detector that fires, its own vector back into the stream. Probing trained models, Geva et al. (2021,
+# "Transformer Feed-Forward Layers Are Key-Value Memories") found units behaving just like that: the columns
+# of $W_1$ as keys that match input patterns, the rows of $W_2$ as the values written out.
 #
 # "Position-wise" means the **same** $W_1, b_1, W_2, b_2$ are used at every position, and no position
 # looks at another: mixing across positions is attention's job, computing within one is the FFN's.
@@ -181,9 +182,10 @@ with torch.no_grad():
 #
 # Remove the $\max(0, \cdot)$ and the FFN becomes $(xW_1 + b_1)W_2 + b_2 = x\,(W_1W_2) + (b_1W_2 + b_2)$:
 # **one** linear map with a $d_{\text{model}} \times d_{\text{model}}$ matrix. The expansion to $d_{ff}$
-# bought nothing: the product $W_1W_2$ has rank at most $d_{\text{model}}$, and any linear map that the
-# attention output projection $W^O$ (chapter 03) could not already do, this cannot do either. Let us prove
-# it numerically: build the collapsed matrix and compare, and test linearity,
+# bought nothing: the product $W_1W_2$ is just another $d_{\text{model}} \times d_{\text{model}}$ matrix
+# (rank at most $d_{\text{model}}$), and a stack of attention layers and linear maps would stay a much
+# poorer function class than the one with a nonlinearity in between. Let us prove the collapse
+# numerically: build the collapsed matrix and compare, and test linearity,
 # $f(a + b) = f(a) + f(b) - f(0)$.
 
 # %%
@@ -267,8 +269,10 @@ viz.plot_bars(budget, title="One base encoder layer: the FFN holds two thirds of
 # The figure shows the split: about 2.1 M parameters in the FFN, 1.05 M in attention, 2 048 in the
 # norms. With $d_{ff} = 4d_{\text{model}}$ the FFN has $8d_{\text{model}}^2$ weights against attention's
 # $4d_{\text{model}}^2$: twice as many, at any width. The same ratio holds for the work done per token
-# (a multiply–add per weight), so the FFN also dominates the compute at short sequence lengths; attention's
-# extra cost, the $n \times n$ score matrix, only wins once $n$ is comparable to $d_{\text{model}}$. The norms
+# (one multiply–add per weight). Attention has one extra cost that no parameter shows: the scores
+# $QK^\top$ and the weighted sum of values cost $2\,n\,d_{\text{model}}$ multiply–adds per token for a
+# sequence of length $n$, so they overtake the FFN's $8d_{\text{model}}^2$ only when
+# $n > 4d_{\text{model}}$ (2048 tokens for the base model). The norms
 # are negligible in count, not in effect (chapter 05).
 #
 # ## Play with it
