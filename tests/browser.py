@@ -1,6 +1,7 @@
 """Shared helpers for browser tests: a JupyterLab server and a headless Chromium page.
 
-    from tests.browser import chromium_page, jupyter_lab, require_browser
+    from browser import chromium_page, jupyter_lab, open_notebook, run_all_cells, cell_errors, require_browser
+    # (pytest puts tests/ on sys.path for the modules in it: this works with `pytest` and `python -m pytest`)
 
     require_browser()                                   # skips with a reason when Chromium/Playwright is missing
     with jupyter_lab(tmp_path) as lab, chromium_page() as page:

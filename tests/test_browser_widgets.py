@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.browser import (ROOT, browser_missing, cell_errors, chromium_page, jupyter_lab, open_notebook, run_all_cells,
+from browser import (ROOT, browser_missing, cell_errors, chromium_page, jupyter_lab, open_notebook, run_all_cells,
                            screenshot, write_notebook)
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")]

@@ -7,7 +7,8 @@
 
 Works with any module that contains ``tfm_lesson.MultiHeadAttention``s. While recording, each attention
 module still computes its output exactly as it would otherwise (fast path included); it additionally
-computes the softmax weights, detached, for the record.
+computes the softmax weights, detached, for the record. A module called several times in the block (step-by-step
+decoding) keeps the map of its last call.
 """
 from __future__ import annotations
 
