@@ -44,7 +44,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # **Where to run it.** Each chapter is a Jupyter notebook. Locally, start `jupyter lab` in the repository and open
 # `notebooks/`; on Google Colab, open the chapter from its "Open in Colab" link. The first code cell of every
 # chapter installs the `tfm_lesson` package when it is missing (on Colab) and does nothing otherwise: run it
-# first. Nothing is downloaded after that — every data set in the course is generated on your machine.
+# first. Nothing is downloaded after that: every data set in the course ships with the package or is generated
+# on your machine.
 #
 # **Running cells.** Run cells from top to bottom with <kbd>Shift</kbd>+<kbd>Enter</kbd>. A chapter is written
 # to be run in order: later cells use names defined earlier. If you get lost (or edit a cell and things stop
