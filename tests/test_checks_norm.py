@@ -163,3 +163,10 @@ def test_wrapper_mistakes(checker, fn, hint):
     with pytest.raises(Mistake) as info:
         checker(fn)
     assert hint in str(info.value), str(info.value)
+
+
+def test_layer_norm_accepts_a_partial(capsys):
+    import functools
+
+    check_layer_norm(functools.partial(tfm_lesson.LayerNorm, explicit=True))
+    assert "✔ check_layer_norm passed" in capsys.readouterr().out

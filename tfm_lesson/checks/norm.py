@@ -109,9 +109,10 @@ def check_layer_norm(cls: type, trials: int = 4, seed: int = 0) -> None:
     ``(d_model,)`` that maps ``(..., d_model)`` to the same shape, normalising over the last axis."""
     gen = random.Random(seed)
     torch.manual_seed(seed)
+    name = getattr(cls, "__name__", type(cls).__name__)
     # 1. construction and initial values
     d_model = 6
-    module = call(cls, d_model, eps=EPS, what=f"{getattr(cls, '__name__', 'your class')}(d_model={d_model}, eps=1e-5)")
+    module = call(cls, d_model, eps=EPS, what=f"{name}(d_model={d_model}, eps=1e-5)")
     expect(isinstance(module, nn.Module), "your layer norm must be an nn.Module (subclass nn.Module and call "
                                           "super().__init__()), so its parameters are registered.")
     weight, bias = _parameter(module, "weight", d_model), _parameter(module, "bias", d_model)
@@ -130,7 +131,7 @@ def check_layer_norm(cls: type, trials: int = 4, seed: int = 0) -> None:
     for what, make, dtype in cases:
         d_model = gen.choice([4, 5, 6, 8, 12])
         batch, seq_len = gen.randint(2, 4), gen.randint(3, 6)
-        module = call(cls, d_model, eps=EPS, what=f"{cls.__name__}({d_model}, eps=1e-5)").to(dtype)
+        module = call(cls, d_model, eps=EPS, what=f"{name}({d_model}, eps=1e-5)").to(dtype)
         weight, bias = _parameter(module, "weight", d_model), _parameter(module, "bias", d_model)
         with torch.no_grad():  # a gain and a shift far from (1, 0), so forgetting either shows
             weight.copy_(torch.rand(d_model, dtype=dtype) * 2 + 0.5)
@@ -145,7 +146,7 @@ def check_layer_norm(cls: type, trials: int = 4, seed: int = 0) -> None:
                  "weight * (x - mean) / sqrt(var + eps) + bias over the last axis", atol=atol)
 
     # 2. any leading shape, not only (batch, seq_len, d_model)
-    module = call(cls, 8, eps=EPS, what=f"{cls.__name__}(8, eps=1e-5)")
+    module = call(cls, 8, eps=EPS, what=f"{name}(8, eps=1e-5)")
     for shape in [(5, 8), (2, 3, 4, 8)]:
         x = torch.randn(shape)
         hint = (f"your layer norm works on (batch, seq_len, d_model) but not on shape {shape}: normalise over "
