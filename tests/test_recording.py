@@ -145,3 +145,14 @@ def test_reference_weights_match_softmax_definition() -> None:
         by_hand = (q @ k.transpose(-2, -1) / 2.0).softmax(-1)
     assert torch.allclose(rec.maps["attention"], expected, atol=1e-6)
     assert torch.allclose(rec.maps["attention"], by_hand, atol=1e-6)
+
+
+def test_repeated_calls_keep_the_last_map() -> None:
+    """Step-by-step decoding calls each module once per step: the record holds the last (longest) step."""
+    torch.manual_seed(4)
+    mha = MultiHeadAttention(8, 2).eval()
+    with torch.no_grad(), record_attention(mha) as rec:
+        for length in (1, 2, 3):
+            x = torch.randn(1, length, 8)
+            mha(x, x, x)
+    assert tuple(rec.maps["attention"].shape) == (1, 2, 3, 3)
