@@ -266,9 +266,10 @@ for residual in (False, True):
 # rescales the output.
 #
 # A historical knot worth knowing: the paper's text and figure 1 say post-norm, and so does its 6-layer base
-# model, trained with a learning-rate **warm-up** (4000 steps, section 5.3). Some well-known code, including
-# later versions of the authors' own `tensor2tensor` library and The Annotated Transformer, applies the norm
-# *first* while its prose quotes $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$. Both are legitimate
+# model, trained with a learning-rate **warm-up** (4000 steps, section 5.3). Well-known code does otherwise:
+# later versions of the authors' own `tensor2tensor` library default to normalising *first*, and The
+# Annotated Transformer quotes $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$ in its prose, then puts the norm
+# first in its code "for code simplicity". Both placements make legitimate
 # Transformers; they are not the same function. `tfm_lesson` makes the choice an option, `norm_first`, with
 # the paper's post-norm as default. Here is each, written out and compared with one `EncoderLayer`
 # (dropout off so that the outputs are deterministic):
