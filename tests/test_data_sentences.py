@@ -110,6 +110,7 @@ def test_shipped_pairs(shipped):
         assert ("yesterday" in en) == ("hier" in fr) and ("tomorrow" in en) == ("demain" in fr), (en, fr)
     spouse = re.compile(r"\b(?:my|your|his|her|our|their) (?:\w+ )?(?:man|woman|men|women)\b", re.I)
     assert not any(spouse.search(en) for en, _ in shipped)
+    assert not any(re.search(r"\bto an? \w", en) for en, _ in shipped)  # destinations are definite
     frs = [fr for _, fr in shipped]
     # the phenomena the lesson points at are all there, many times
     assert sum(" sont " in f and "ées" in f for f in frs) > 100    # être + feminine plural agreement

@@ -76,7 +76,8 @@ _DET_WEIGHTS = (30, 18, 10, 6, 4, 5, 5, 4, 4)
 
 
 def _sample_np(rng: random.Random, kinds: tuple[str, ...], numeral_p: float = 0.12,
-               max_adjectives: int = 2, singular: bool = False, avoid: Adjective | None = None) -> NPSpec:
+               max_adjectives: int = 2, singular: bool = False, avoid: Adjective | None = None,
+               definite: bool = False) -> NPSpec:
     noun = rng.choice([n for n in NOUNS if n.kind in kinds or n.en in kinds])
     mass = noun.en in MASS_NOUNS
     numeral = None
@@ -84,8 +85,8 @@ def _sample_np(rng: random.Random, kinds: tuple[str, ...], numeral_p: float = 0.
         numeral, det, plural = rng.choice(NUMERALS), None, True
     else:
         det = rng.choices(_DET_NAMES, _DET_WEIGHTS)[0]
-        # no "a milk"; no "his woman": possessives with man/woman read as spouses
-        while (mass and det == "a") or (noun.en in ("man", "woman") and DETERMINERS[det][2] is not None):
+        # no "a milk"; no "his woman" (reads as a spouse); no "to a city" (French says "dans une ville")
+        while ((mass or definite) and det == "a") or (noun.en in ("man", "woman") and DETERMINERS[det][2] is not None):
             det = rng.choices(_DET_NAMES, _DET_WEIGHTS)[0]
         plural = not (mass or singular) and rng.random() < 0.35
     fitting = [a for a in ADJECTIVES if noun.kind in a.applies and a != avoid]
@@ -130,7 +131,7 @@ def sample_clause(rng: random.Random) -> Clause:
     place = None
     if verb.motion or rng.random() < 0.2:
         places = tuple(DESTINATIONS) if verb.motion else ("place",)
-        place = _sample_np(rng, places, max_adjectives=1, singular=True)
+        place = _sample_np(rng, places, max_adjectives=1, singular=True, definite=verb.motion)
     if verb.en == "read" and tense == "present" and not _third_singular(subject):
         tense = "past" if rng.random() < 0.5 else "future"  # "I read" would be present and past at once
     return Clause(subject, verb, obj, None, place, tense, neg, question, adverb)
