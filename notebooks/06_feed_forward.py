@@ -310,7 +310,10 @@ widgets.Explorer("budget_explorer", {"d_model": d_slider, "ratio": ratio_slider,
 # `w_1 = nn.Linear(d_model, d_ff)` and `w_2 = nn.Linear(d_ff, d_model)` (these names let the checker load
 # weights into it), computing $w_2(\mathrm{dropout}(\mathrm{act}(w_1(x))))$ for $x$ of shape
 # $(\text{batch}, \text{seq\_len}, d_{\text{model}})$, with `activation` either `"relu"` or `"gelu"`.
-# Dropout must be off in eval mode. The checker names: a missing activation, an activation after the second
+# Dropout must be off in eval mode. (Where dropout goes: the paper applies it to each sub-layer's output,
+# before the residual addition, which `EncoderLayer` does; PyTorch's `nn.TransformerEncoderLayer` and
+# `tfm_lesson` also drop hidden units inside the FFN, and that is the dropout of this module.) The checker
+# names: a missing activation, an activation after the second
 # linear, the wrong activation, GELU's tanh approximation, dropout in eval mode, and mixing positions.
 
 # %%
