@@ -71,3 +71,10 @@ def test_explorer_static_picture_and_controls():
     assert ex.error == "" and ex.png != before
     ex.controls["layers"].value = 4
     assert ex.error == "" and len(ex.figure.axes[0].lines[0].get_xdata()) == 4
+
+
+def test_explorer_bad_arguments():
+    with pytest.raises(ValueError, match="layers must be an int in"):
+        depth_explorer(max_layers=6, layers=8)
+    with pytest.raises(ValueError, match="max_layers must be an int >= 2"):
+        depth_explorer(max_layers=1)

@@ -91,9 +91,15 @@ def encoder_stack(num_layers: int, norm_first: bool, d_model: int = 32, heads: i
     return stack
 
 
-def depth_explorer(max_layers: int = 24, d_model: int = 32, heads: int = 4, d_ff: int = 64, seed: int = 0):
+def depth_explorer(max_layers: int = 24, layers: int | None = None, d_model: int = 32, heads: int = 4, d_ff: int = 64,
+                   seed: int = 0):
     """A depth slider and a placement toggle (post-norm, pre-norm, both): activation std and gradient norm per
-    layer of a freshly initialised stack. Outside a live notebook it shows the default picture (12 layers, both)."""
+    layer of a freshly initialised stack. Outside a live notebook it shows the starting picture (``layers``, default 12, both)."""
+    if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 2:
+        raise ValueError(f"max_layers must be an int >= 2, got {max_layers!r}")
+    layers = min(12, max_layers) if layers is None else layers
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 2 <= layers <= max_layers:
+        raise ValueError(f"layers must be an int in [2, max_layers={max_layers}], got {layers!r}")
     import ipywidgets as W
 
     from . import viz
@@ -108,7 +114,7 @@ def depth_explorer(max_layers: int = 24, d_model: int = 32, heads: int = 4, d_ff
             cache[(n, norm_first)] = depth_statistics(encoder_stack(n, norm_first, d_model, heads, d_ff, seed), x)
         return cache[(n, norm_first)]
 
-    depth = W.IntSlider(value=min(12, max_layers), min=2, max=max_layers, step=2, description="layers",
+    depth = W.IntSlider(value=layers, min=2, max=max_layers, step=1, description="layers",
                         continuous_update=False)
     placement = W.ToggleButtons(options=["post-norm", "pre-norm", "both"], value="both", description="placement")
 
