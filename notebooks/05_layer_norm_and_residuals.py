@@ -398,15 +398,15 @@ viz.plot_lines(change, x=depths, title="How far ONE Adam step (lr 1e-3, no warm-
 # %%
 for name, values in change.items():
     print(f"{name:18s}", "  ".join(f"L={n}: {v:.2f}" for n, v in zip(depths, values)))
-print(f"post-norm, 16 layers, first step of a 4000-step warm-up (lr 1e-3 / 4000): "
-      f"{output_change_after_one_step(16, False, 1e-3 / 4000):.4f}")
 
 # %% [markdown]
 # With two layers the placements behave alike. With depth, one step moves the post-norm stack's output
 # more and more: at 16 layers a single step of size $10^{-3}$ changes about 80% of it, against under half
 # for pre-norm. An optimiser whose every step rewrites the function it is optimising
 # is not following a gradient any more; that is the instability. With a warm-up, the first step is 4000
-# times smaller and the output barely moves, while Adam's statistics settle.
+# times smaller, and for small steps the change shrinks in proportion (try
+# `output_change_after_one_step(16, False, 1e-3 / 4000)`): the output barely moves while Adam's statistics
+# settle.
 #
 # **Why this means warm-up for post-norm.** Adam's step is about the learning rate per parameter
 # whatever the gradient's size, so what decides stability is how much the *output* moves when every
@@ -434,11 +434,11 @@ print(f"post-norm, 16 layers, first step of a 4000-step warm-up (lr 1e-3 / 4000)
 #
 # Drag the depth and switch the placement: the two panels are the activation-scale and parameter-gradient
 # figures above, recomputed for a fresh stack. Try 2 layers (the two placements barely differ) and 24 (the
-# stream growth and the gradient gap widen). Outside a live notebook you see the default: 12 layers, both
-# placements.
+# stream growth and the gradient gap widen). Outside a live notebook you see the starting picture: 8
+# layers, both placements.
 
 # %%
-depth_explorer(max_layers=24)
+depth_explorer(max_layers=24, layers=8)
 
 # %% [markdown]
 # ## Exercises
