@@ -44,6 +44,7 @@ def test_quick_run_writes_report(tmp_path):
     assert _positive(result["matmul_peak_flops"])
     (step,) = result["step"]
     assert step["config"] == "tiny" and step["loss_gap"] < 1e-4  # same weights, same loss as nn.Transformer
+    assert _positive(step["matmul_flop_per_s"])
     for key in ("ms", "tokens_per_s", "flop_per_s", "fraction_of_peak"):
         assert set(step[key]) == {"tfm_lesson.Transformer", "nn.Transformer"}
         assert all(_positive(v) for v in step[key].values())

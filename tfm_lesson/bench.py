@@ -15,7 +15,7 @@ Sections:
 - ``step``: one training step (embeddings, model, generator, loss, backward, Adam) of
   :class:`tfm_lesson.Transformer` against ``nn.Transformer`` wrapped in the *same* embeddings, positional
   encoding and generator; tokens/s, achieved FLOP/s (see :func:`training_flops`) and its fraction of a
-  float32 matmul peak measured in the same run.
+  float32 square matmul timed in the same interleaved turns (the peak under the same load).
 - ``chapters``: each ``notebooks/NN_*.ipynb`` executed in a fresh kernel (nbclient, nothing written back):
   wall time and the kernel's peak resident memory.
 - ``targets``: time for :func:`tfm_lesson.training.train` to reach the course's training targets.
@@ -185,6 +185,11 @@ STEP_CONFIGS = {
 }
 
 
+# timed turns per model when --repeats is not given: a small step is cheap, and 5 turns of it proved too few on
+# a loaded machine (one run gave 1.14, two runs of 21 turns 0.97)
+STEP_REPEATS = {"small": 21, "base": 5}
+
+
 def training_flops(config: TransformerConfig, batch: int, src_len: int, tgt_len: int) -> int:
     """Matmul FLOPs of one training step (forward + backward = 3 x forward; 2 FLOPs per multiply-add).
 
@@ -255,12 +260,14 @@ def _loss(model: nn.Module, src: Tensor, tgt: Tensor, amp: bool, device: torch.d
 
 
 def bench_step(device: torch.device, quick: bool = False, repeats: int | None = None, amp: bool = False,
-               configs: list[str] | None = None, peak: float | None = None) -> list[dict]:
-    """One row per config: ms per step of each model, the ratio, tokens/s, FLOP/s and fraction of ``peak``."""
+               configs: list[str] | None = None, peak_size: int = 2048) -> list[dict]:
+    """One row per config: ms per step of each model, the ratio, tokens/s, FLOP/s, and its fraction of the
+    float32 matmul rate (a ``peak_size`` square matmul timed as a third contender in the same turns, so the
+    load that slows the steps slows the peak alike)."""
     configs = configs or (["tiny"] if quick else ["small", "base"])
-    repeats = repeats or (2 if quick else 5)
     rows = []
     for name in configs:
+        turns = repeats or (2 if quick else STEP_REPEATS.get(name, 5))
         ours, theirs, spec = _step_models(name, device)
         src, tgt = _batch(spec, ours.config.src_vocab, device)
         # the same computation: losses agree with dropout off (torch's inference fast path off as well)
@@ -283,19 +290,22 @@ def bench_step(device: torch.device, quick: bool = False, repeats: int | None = 
                 opt.step()
             return call
 
-        t = interleaved({"tfm_lesson.Transformer": step(ours), "nn.Transformer": step(theirs)}, repeats,
-                        warmup=1, device=device)
+        a = torch.randn(peak_size, peak_size, device=device)
+        contenders = {"tfm_lesson.Transformer": step(ours), "nn.Transformer": step(theirs),
+                      "matmul": lambda: a @ a}  # the peak, timed in the same turns, under the same load
+        t = interleaved(contenders, turns, warmup=1, device=device)
+        matmul = 2 * peak_size ** 3 / t.pop("matmul")
         flops = training_flops(ours.config, spec["batch"], spec["length"], spec["length"])
         tokens = int((src != 0).sum() + (tgt[:, 1:] != 0).sum())
         row = dict(config=name, batch=spec["batch"], length=spec["length"], vocab=ours.config.tgt_vocab,
                    d_model=ours.config.d_model, parameters=sum(p.numel() for p in ours.parameters()),
                    flops_per_step=flops, tokens_per_step=tokens, loss_gap=loss_gap,
-                   ms={k: 1e3 * v for k, v in t.items()},
+                   repeats=turns, ms={k: 1e3 * v for k, v in t.items()},
                    ratio=t["tfm_lesson.Transformer"] / t["nn.Transformer"])
         row["tokens_per_s"] = {k: tokens / v for k, v in t.items()}
         row["flop_per_s"] = {k: flops / v for k, v in t.items()}
-        if peak:
-            row["fraction_of_peak"] = {k: flops / v / peak for k, v in t.items()}
+        row["matmul_flop_per_s"] = matmul  # float32 peak_size^2 matmul, median of the same turns
+        row["fraction_of_peak"] = {k: flops / v / matmul for k, v in t.items()}
         rows.append(row)
         del ours, theirs, optimizers
     return rows
@@ -310,7 +320,8 @@ nb = nbformat.read(sys.argv[1], as_version=4)
 start = time.perf_counter()
 error = None
 try:
-    NotebookClient(nb, timeout=int(sys.argv[2]), kernel_name="python3", resources={"metadata": {"path": sys.argv[3]}}).execute()
+    NotebookClient(nb, timeout=int(sys.argv[2]), kernel_name="python3",
+                   resources={"metadata": {"path": sys.argv[3]}}).execute()
 except Exception as exc:
     error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:300]
 seconds = time.perf_counter() - start
@@ -409,8 +420,8 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
              f"- run: {m['date']}, load average at start {m['load_average']}, "
              f"mode {'quick' if result['quick'] else 'full'}; medians of interleaved runs", ""]
     if "matmul_peak_flops" in result:
-        lines += [f"Measured matmul peak (float32 2048x2048, best of 5): "
-                  f"**{result['matmul_peak_flops'] / 1e9:.1f} GFLOP/s**.", ""]
+        lines += [f"Float32 square matmul, timed alone after the steps (best of 5): "
+                  f"{result['matmul_peak_flops'] / 1e9:.1f} GFLOP/s.", ""]
     if "attention" in result:
         lines += ["## Multi-head self-attention (padding mask)", "",
                   "| batch | heads | d_model | len | pass | explicit ms | fast ms | nn.MHA ms | SDPA ms "
@@ -426,18 +437,21 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
     if "step" in result:
         lines += ["## Training step (embeddings, model, generator, loss, Adam)", "",
                   "| config | batch x len | vocab | params | ours ms | nn ms | ours / nn | ours tok/s | nn tok/s "
-                  "| ours GFLOP/s | nn GFLOP/s | ours % peak | nn % peak | loss gap |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| ours GFLOP/s | nn GFLOP/s | matmul GFLOP/s | ours % peak | nn % peak | loss gap |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in result["step"]:
             ms, tps, fps = r["ms"], r["tokens_per_s"], r["flop_per_s"]
             frac = r.get("fraction_of_peak", {})
             o, n = "tfm_lesson.Transformer", "nn.Transformer"
-            lines.append(f"| {r['config']} | {r['batch']} x {r['length']} | {r['vocab']} | {r['parameters'] / 1e6:.1f} M | "
+            lines.append(f"| {r['config']} | {r['batch']} x {r['length']} | {r['vocab']} | "
+                         f"{r['parameters'] / 1e6:.1f} M | "
                          f"{ms[o]:.0f} | {ms[n]:.0f} | {r['ratio']:.2f} | {tps[o]:.0f} | {tps[n]:.0f} | "
-                         f"{fps[o] / 1e9:.1f} | {fps[n] / 1e9:.1f} | {_f(frac.get(o), '{:.0%}')} | "
+                         f"{fps[o] / 1e9:.1f} | {fps[n] / 1e9:.1f} | {r['matmul_flop_per_s'] / 1e9:.1f} | "
+                         f"{_f(frac.get(o), '{:.0%}')} | "
                          f"{_f(frac.get(n), '{:.0%}')} | {r['loss_gap']:.1e} |")
         lines += ["", "FLOPs: matmul FLOPs counted analytically (`tfm_lesson.bench.training_flops`), "
-                  "forward x 3 for forward + backward.", ""]
+                  "forward x 3 for forward + backward. % peak: achieved FLOP/s over the matmul rate measured "
+                  "in the same interleaved turns (median).", ""]
     if "chapters" in result:
         lines += ["## Chapters (fresh kernel each)", "", "| chapter | seconds | peak RSS (MB) | error |",
                   "|---|---|---|---|"]
@@ -453,7 +467,8 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
             test = r["test_at_stop"]
             lines.append(f"| {r['task']} | {r['metric']} >= {r['goal']:g} | {r['budget_s']} s | "
                          f"{'yes' if r['reached'] else 'no'} | {_f(r['seconds_to_target'], '{:.0f}')} | {r['steps']} | "
-                         f"{_f(r['best_valid'], '{:.1f}')} | exact {test['exact_match']:.1f}, BLEU {test['bleu']:.1f} |")
+                         f"{_f(r['best_valid'], '{:.1f}')} | "
+                         f"exact {test['exact_match']:.1f}, BLEU {test['bleu']:.1f} |")
         lines.append("")
     for note in result.get("notes", []):
         lines.append(f"- {note}")
@@ -469,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("artifacts/bench"), help="directory for bench.md and bench.json")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when present")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
-    p.add_argument("--repeats", type=int, default=None, help="timed turns per contender (default 7 / 5; quick 2)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed turns per contender (default: attention 7, step small 21 / base 5; quick 2)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--amp", choices=("auto", "on", "off"), default="auto",
                    help="bf16 autocast: auto = on for cuda, off for cpu")
@@ -496,14 +512,10 @@ def main(argv: list[str] | None = None) -> dict:
         say("attention ...")
         result["attention"] = bench_attention(device, args.quick, args.repeats, amp)
     if "step" in sections:
-        say("matmul peak ...")
-        peak = matmul_peak(device, 1024 if args.quick else 2048)
+        size = 1024 if args.quick else 2048
         say("training step ...")
-        result["step"] = bench_step(device, args.quick, args.repeats, amp, peak=peak)
-        peak = max(peak, matmul_peak(device, 1024 if args.quick else 2048))  # again at the end: keep the best
-        result["matmul_peak_flops"] = peak
-        for row in result["step"]:
-            row["fraction_of_peak"] = {k: v / peak for k, v in row["flop_per_s"].items()}
+        result["step"] = bench_step(device, args.quick, args.repeats, amp, peak_size=size)
+        result["matmul_peak_flops"] = matmul_peak(device, size)  # alone, best of 5: for the record
     if "chapters" in sections:
         if args.quick:
             result["notes"].append("chapters: skipped in --quick")
