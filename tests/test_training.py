@@ -146,3 +146,15 @@ def test_evaluate_perfect_when_model_is_identity(copy_data):
     finally:
         decoding.translate = original
     assert out == pytest.approx({"exact_match": 100.0, "bleu": 100.0, "chrf": 100.0})
+
+
+def test_cpu_threads_restores_and_train_leaves_threads_alone(copy_data):
+    from tfm_lesson.training import cpu_threads
+
+    before = torch.get_num_threads()
+    with cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+    train(model, copy_data, steps=2, batch_size=8, progress=False, log=lambda m: None, device="cpu")
+    assert torch.get_num_threads() == before

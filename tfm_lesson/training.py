@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Callable, NamedTuple, Sequence
 
 import torch
@@ -26,7 +26,36 @@ from .model import Transformer, TransformerConfig
 
 __all__ = ["LabelSmoothingLoss", "NoamSchedule", "noam_rate", "warmup_schedule", "make_optimizer", "make_model",
            "train", "evaluate", "save_checkpoint", "load_checkpoint", "Checkpoint", "distributed_info",
-           "is_main_process"]
+           "is_main_process", "cpu_threads"]
+
+
+@contextmanager
+def cpu_threads(threads: int | None):
+    """Run the block with ``torch.set_num_threads(threads)`` (``None``: unchanged), then restore the count.
+
+    Small models multiply small matrices, where intra-op parallelism gains nothing and costs a great deal on
+    a busy CPU: measured on a shared 2-core machine, a training step of a 0.17 M-parameter model took 0.04 s
+    with one thread and 0.08-0.6 s with two. :func:`train` and :func:`evaluate` therefore use one thread on
+    CPU for models under 5 M parameters unless told otherwise (``threads=``).
+    """
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(threads)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _auto_threads(model: nn.Module, device: torch.device, threads: int | None | str) -> int | None:
+    if threads != "auto":
+        return threads
+    if device.type != "cpu":
+        return None
+    small = sum(p.numel() for p in model.parameters()) < 5_000_000
+    return 1 if small else None
 
 
 # ----------------------------------------------------------------------------------------------- the loss
@@ -172,11 +201,13 @@ def _setup_distributed(device: torch.device) -> tuple[DistributedInfo, torch.dev
 
 # ----------------------------------------------------------------------------------------------- evaluation
 def evaluate(model: nn.Module, pairs: Sequence[tuple[str, str]], src_vocab, tgt_vocab, beam_size: int = 1,
-             limit: int | None = None, batch_size: int = 128, length_penalty_alpha: float = 0.6) -> dict:
+             limit: int | None = None, batch_size: int = 128, length_penalty_alpha: float = 0.6,
+             threads: int | None | str = "auto") -> dict:
     """Translate the sources of ``pairs`` and score them against the targets: exact match, BLEU, chrF (%).
 
     References are written as the target vocabulary's tokeniser would write them (``tgt_vocab.normalize``),
     so a perfect model scores 100 on every metric. ``limit`` scores only the first ``limit`` pairs.
+    ``threads``: CPU threads while decoding (``"auto"``: see :func:`cpu_threads`).
     """
     from .decoding import translate
     from .metrics import scores
@@ -184,8 +215,10 @@ def evaluate(model: nn.Module, pairs: Sequence[tuple[str, str]], src_vocab, tgt_
     pairs = list(pairs)[:limit] if limit else list(pairs)
     if not pairs:
         raise ValueError("evaluate: pairs is empty")
-    hyps = translate(model, [s for s, _ in pairs], src_vocab, tgt_vocab, beam_size=beam_size,
-                     batch_size=batch_size, length_penalty_alpha=length_penalty_alpha)
+    device = next(model.parameters()).device if any(True for _ in model.parameters()) else torch.device("cpu")
+    with cpu_threads(_auto_threads(model, device, threads)):
+        hyps = translate(model, [s for s, _ in pairs], src_vocab, tgt_vocab, beam_size=beam_size,
+                         batch_size=batch_size, length_penalty_alpha=length_penalty_alpha)
     refs = [tgt_vocab.normalize(t) for _, t in pairs]
     return scores(hyps, refs)
 
@@ -238,7 +271,8 @@ def train(model: Transformer, data, steps: int | None = None, minutes: float | N
           warmup: int = 400, lr_factor: float = 1.0, peak_lr: float | None = None, smoothing: float = 0.1, clip: float | None = 1.0,
           device: torch.device | str | None = None, eval_every: int | None = None, eval_limit: int = 200,
           callback: Callable[[int, dict], None] | None = None, seed: int = 0, amp: bool = True,
-          progress: bool = True, log: Callable[[str], None] | None = None) -> dict[str, list]:
+          progress: bool = True, log: Callable[[str], None] | None = None,
+          threads: int | None | str = "auto") -> dict[str, list]:
     """Train ``model`` on ``data.train`` (a :class:`tfm_lesson.data.ParallelData`) with teacher forcing.
 
     Stops after ``steps`` optimiser steps or ``minutes`` of wall clock, whichever comes first (at least one of
@@ -255,7 +289,8 @@ def train(model: Transformer, data, steps: int | None = None, minutes: float | N
 
     Returns the history: ``step``, ``loss``, ``lr``, ``tokens`` per step, and ``valid_step``, ``valid_loss``,
     ``valid_exact_match``, ``valid_bleu``, ``valid_chrf`` per evaluation, plus ``seconds`` (one number).
-    The model is left in eval mode on ``device``.
+    The model is left in eval mode on ``device``. ``threads``: CPU threads during training (``"auto"``: one
+    for models under 5 M parameters on CPU, see :func:`cpu_threads`; ``None``: torch's setting).
     """
     if steps is None and minutes is None:
         raise ValueError("train: give steps (reproducible) or minutes (wall clock), or both")
@@ -270,6 +305,13 @@ def train(model: Transformer, data, steps: int | None = None, minutes: float | N
         raise ValueError("train: data.train is empty")
 
     device = torch.device(device) if device is not None else default_device()
+    with cpu_threads(_auto_threads(model, device, threads)):
+        return _train(model, data, steps, minutes, batch_size, warmup, lr_factor, peak_lr, smoothing, clip, device,
+                      eval_every, eval_limit, callback, seed, amp, progress, log)
+
+
+def _train(model, data, steps, minutes, batch_size, warmup, lr_factor, peak_lr, smoothing, clip, device,
+           eval_every, eval_limit, callback, seed, amp, progress, log) -> dict[str, list]:
     dist_info, device = _setup_distributed(device)
     main = dist_info.rank == 0
     say = (log or print) if main else (lambda _msg: None)
