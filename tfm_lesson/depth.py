@@ -94,7 +94,8 @@ def encoder_stack(num_layers: int, norm_first: bool, d_model: int = 32, heads: i
 def depth_explorer(max_layers: int = 24, layers: int | None = None, d_model: int = 32, heads: int = 4, d_ff: int = 64,
                    seed: int = 0):
     """A depth slider and a placement toggle (post-norm, pre-norm, both): activation std and gradient norm per
-    layer of a freshly initialised stack. Outside a live notebook it shows the starting picture (``layers``, default 12, both)."""
+    layer of a freshly initialised stack. Outside a live notebook it shows the starting picture
+    (``layers``, default 12, both placements)."""
     if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 2:
         raise ValueError(f"max_layers must be an int >= 2, got {max_layers!r}")
     layers = min(12, max_layers) if layers is None else layers
@@ -139,4 +140,4 @@ def depth_explorer(max_layers: int = 24, layers: int | None = None, d_model: int
         return fig
 
     return Explorer("depth_explorer", {"layers": depth, "placement": placement}, render,
-                    note="Fresh stacks at initialisation (d_model=%d, heads=%d, d_ff=%d, dropout 0)." % (d_model, heads, d_ff))
+                    note=f"Fresh stacks at initialisation (d_model={d_model}, heads={heads}, d_ff={d_ff}, dropout 0).")

@@ -99,7 +99,8 @@ def check_feed_forward(cls: type, trials: int = 4, seed: int = 0) -> None:
         x = torch.randn(gen.randint(1, 3), gen.randint(2, 6), d_model, dtype=dtype)  # (batch, seq_len, d_model)
         got = output_of(call(module, x, what=f"{cls_name}.forward"))
         expect(got.dtype == dtype, f"your feed-forward network turned a {dtype} input into {got.dtype}.")
-        # position-wise first (a mixing FFN differs from everything else too): permuting the positions permutes the outputs
+        # position-wise first (a mixing FFN differs from everything else too):
+        # permuting the positions permutes the outputs
         perm = torch.randperm(x.size(1))
         got_perm = output_of(call(module, x[:, perm], what=f"{cls_name}.forward"))
         expect(close(got_perm.detach(), got.detach()[:, perm]),

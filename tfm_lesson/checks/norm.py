@@ -87,7 +87,8 @@ def _parameter(module: nn.Module, name: str, d_model: int) -> nn.Parameter:
     p = getattr(module, name, None)
     role = "gain (gamma), initialised to ones" if name == "weight" else "shift (beta), initialised to zeros"
     expect(p is not None, f"your layer norm has no `{name}`: add self.{name} = nn.Parameter(torch."
-                          f"{'ones' if name == 'weight' else 'zeros'}(d_model)), the learned {role} (missing gain/shift).")
+                          f"{'ones' if name == 'weight' else 'zeros'}(d_model)), the learned {role} "
+                          "(missing gain/shift).")
     expect(isinstance(p, nn.Parameter),
            f"`{name}` is a {type(p).__name__}, not an nn.Parameter: the optimiser would never update it. "
            f"Wrap it: self.{name} = nn.Parameter(...).")
