@@ -149,7 +149,8 @@ for m in (ours_fused, ours_explicit, theirs):
 
 y = layer_norm_vectorised(x, gamma, beta)
 print("output shape:", tuple(y.shape))
-print("loops == vectorised:          ", torch.allclose(layer_norm_loops(x.cpu(), gamma.cpu(), beta.cpu()), y.cpu(), atol=1e-5))
+slow = layer_norm_loops(x.cpu(), gamma.cpu(), beta.cpu())  # the loops run on the CPU
+print("loops == vectorised:          ", torch.allclose(slow, y.cpu(), atol=1e-5))
 print("== tfm_lesson.LayerNorm fused:", torch.allclose(ours_fused(x), y, atol=1e-5))
 print("== tfm_lesson explicit path:  ", torch.allclose(ours_explicit(x), y, atol=1e-5))
 print("== torch.nn.LayerNorm:        ", torch.allclose(theirs(x), y, atol=1e-5))
@@ -192,10 +193,11 @@ def eps_outside(x, eps=1e-5):
 
 
 scales = [1.0, 1e-1, 1e-2, 3e-3, 1e-3]
-errors = {"unbiased variance, d_model=512": [], "unbiased variance, d_model=8": [], "eps outside the sqrt, d_model=512": []}
+slips = [("unbiased variance, d_model=512", 512, unbiased), ("unbiased variance, d_model=8", 8, unbiased),
+         ("eps outside the sqrt, d_model=512", 512, eps_outside)]
+errors = {name: [] for name, _, _ in slips}
 for s in scales:
-    for name, d, wrong in (("unbiased variance, d_model=512", 512, unbiased), ("unbiased variance, d_model=8", 8, unbiased),
-                           ("eps outside the sqrt, d_model=512", 512, eps_outside)):
+    for name, d, wrong in slips:
         z = torch.randn(64, d, dtype=torch.float64, device=device) * s  # std s
         right = layer_norm(z, None, None, 1e-5)
         errors[name].append(((wrong(z) - right).abs().max() / right.abs().max()).item())
@@ -212,8 +214,8 @@ viz.plot_lines({k: [math.log10(max(e, 1e-12)) for e in v] for k, v in errors.ite
 # Read the figure from the left (std 1, ordinary activations) to the right (tiny variance). The unbiased
 # variance costs a **constant** relative error, $1 - \sqrt{(d-1)/d}$: $10^{-3}$ for $d_{\text{model}}=512$,
 # $6\%$ for $d_{\text{model}}=8$, whatever the scale, until the variance gets as small as $\epsilon$ (then
-# $\epsilon$ dominates the denominator and both versions are equally wrong). $\epsilon$ outside the root costs almost nothing at std 1
-# ($\sim 10^{-6}$) but grows as the variance approaches $\epsilon$: at std $10^{-3}$ ($\sigma^2 = 10^{-6}$,
+# $\epsilon$ dominates the denominator of both versions and the difference fades). $\epsilon$ outside the
+# root costs almost nothing at std 1 ($\sim 10^{-6}$) but grows as the variance approaches $\epsilon$: at std $10^{-3}$ ($\sigma^2 = 10^{-6}$,
 # ten times smaller than $\epsilon$) the output is wrong by a factor of about 3. Tests with ordinary random
 # inputs never catch this bug; the chapter's checker feeds a tiny-variance input on purpose.
 #
@@ -365,7 +367,8 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 # Gradients at initialisation are half of the story; what an update *does* is the other half. Adam's very
 # first step is exactly $-\text{lr}\cdot\mathrm{sign}(g)$ for every parameter (its moment estimates are
 # then $g$ and $g^2$), whatever the gradient's size; we check that claim against `torch.optim.Adam` once,
-# then take that step ($\text{lr} = 10^{-3}$, no warm-up) on the same read-out loss, for stacks of 2 to 16 layers, and measure
+# then take that step ($\text{lr} = 10^{-3}$, no warm-up) on the same read-out loss, for stacks of 2 to 16
+# layers, and measure
 # how much the stack's output moved: $\lVert y_{\text{after}} - y_{\text{before}}\rVert /
 # \lVert y_{\text{before}}\rVert$.
 

@@ -143,7 +143,8 @@ with torch.no_grad():
                                         batch_first=True).to(device).eval()
     ours = tfm_lesson.from_torch(theirs)  # an EncoderLayer with theirs' weights
     torch_ffn = theirs.linear2(theirs.dropout(theirs.activation(theirs.linear1(x))))  # PyTorch's FFN block
-    print("tfm_lesson FFN == nn.TransformerEncoderLayer's FFN:", torch.allclose(ours.feed_forward(x), torch_ffn, atol=1e-5))
+    print("tfm_lesson FFN == nn.TransformerEncoderLayer's FFN:",
+          torch.allclose(ours.feed_forward(x), torch_ffn, atol=1e-5))
 
 # %% [markdown]
 # ### Position-wise, proven twice
@@ -221,7 +222,8 @@ print("with ReLU it is not:                     ",
 z = torch.linspace(-4, 4, 161)
 viz.plot_lines({"ReLU: max(0, z)": F.relu(z), "GELU: z Φ(z)": F.gelu(z),
                 "GELU's slope dGELU/dz": torch.vmap(torch.func.grad(F.gelu))(z)},
-               x=z, title="ReLU and GELU: GELU is a smooth ReLU that dips below zero", xlabel="z (hidden pre-activation)",
+               x=z, title="ReLU and GELU: GELU is a smooth ReLU that dips below zero",
+               xlabel="z (hidden pre-activation)",
                ylabel="value")
 
 # %%
@@ -230,7 +232,8 @@ with torch.no_grad():
     pre = x @ W1 + b1  # (batch, seq_len, d_ff): the hidden layer before its activation
     print(f"hidden units exactly zero after ReLU: {(torch.relu(pre) == 0).float().mean().item():.0%}")
     print(f"hidden units exactly zero after GELU: {(F.gelu(pre) == 0).float().mean().item():.0%}")
-    print("GELU minimum on [-4, 4]:", round(F.gelu(z).min().item(), 2), "at z =", round(z[F.gelu(z).argmin()].item(), 2))
+    lowest = F.gelu(z).argmin()
+    print("GELU minimum on [-4, 4]:", round(F.gelu(z)[lowest].item(), 2), "at z =", round(z[lowest].item(), 2))
 
 # %% [markdown]
 # ## See it: the parameter budget of one encoder layer
