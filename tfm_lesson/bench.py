@@ -516,6 +516,7 @@ def main(argv: list[str] | None = None) -> dict:
         say("training step ...")
         result["step"] = bench_step(device, args.quick, args.repeats, amp, peak_size=size)
         result["matmul_peak_flops"] = matmul_peak(device, size)  # alone, best of 5: for the record
+    write_report(result, args.out)  # after every section, so a long run that is stopped keeps what it measured
     if "chapters" in sections:
         if args.quick:
             result["notes"].append("chapters: skipped in --quick")
@@ -523,6 +524,7 @@ def main(argv: list[str] | None = None) -> dict:
             notebooks = sorted(args.notebooks.glob("[0-9][0-9]_*.ipynb"))
             say(f"chapters ({len(notebooks)}) ...")
             result["chapters"] = bench_chapters(notebooks)
+            write_report(result, args.out)
     if "targets" in sections:
         if args.quick:
             result["notes"].append("targets: skipped in --quick")
