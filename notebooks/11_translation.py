@@ -1,0 +1,294 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 11 · Translation: English → French
+#
+# Chapter 10 taught the Transformer to reverse symbols. Now the task the paper was written for: translating
+# sentences. We train on English–French sentence pairs **generated inside the package** (no download, so
+# this chapter can never break because a website went away), decode with **beam search**, score held-out
+# sentences with **BLEU** and **chrF**, and look at the cross-attention maps, where French word order
+# (*the black cat* → *le chat noir*) shows up as crossing alignments.
+#
+# **What you will learn**
+# - a complete training run on a translation task, with its held-out scores;
+# - beam search with the GNMT length penalty, written slowly for one sentence and proven equal to the
+#   batched `tfm_lesson.decoding.beam_search`; beam against greedy;
+# - what BLEU and chrF measure (sacreBLEU computes both) and why exact match is too strict for translation;
+# - alignment maps from cross-attention; a translate-as-you-type widget.
+
+# %%
+# Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("tfm_lesson") is None:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
+                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+
+# %%
+import math
+import os
+import platform
+import time
+
+import torch
+
+import tfm_lesson as T
+from tfm_lesson import viz, widgets
+from tfm_lesson.data import CREDITS, encode_batch, load_task
+from tfm_lesson.decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob, translate
+from tfm_lesson.metrics import bleu, chrf, exact_match
+from tfm_lesson.training import evaluate, make_model, train
+
+T.seed_everything(0)
+device = T.default_device()
+print("running on", device.type)
+
+# %% [markdown]
+# ## The data
+#
+# The `sentences` task realises English and French sentences from one bilingual lexicon with pyRealB, a
+# text realiser that knows each language's grammar: gender and number agreement, adjectives placed before
+# or after the noun as French requires, verb tenses, negation, pronouns. Every pair is correct by
+# construction, and there are tens of thousands of distinct ones.
+
+# %%
+data = load_task("sentences", seed=0)
+print(data)
+for src, tgt in data.train[:6]:
+    print(f"{src}\n    -> {tgt}")
+print()
+print(CREDITS)
+
+# %% [markdown]
+# ## Train
+#
+# The model is bigger than chapter 10's: $d_\text{model} = 128$, 4 heads, 2 + 2 layers, $d_\text{ff} = 256$,
+# dropout 0.1 (the paper's), separate source and target embeddings (the two vocabularies differ), the
+# generator tied to the target embedding; batches of 64 pairs, warm-up 200 steps to a peak rate of 0.002,
+# label smoothing 0.1, 500 steps (a fixed number keeps the run reproducible; it is about 0.7 of one pass over
+# the 46,000 training pairs). `train` scores 200 validation sentences at the end.
+
+# %%
+T.seed_everything(0)
+model = make_model(data.src_vocab, data.tgt_vocab, d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1)
+print("parameters:", T.count_parameters(model))
+start = time.perf_counter()
+history = train(model, data, steps=500, batch_size=64, warmup=200, peak_lr=2e-3, device=device, seed=0)
+train_seconds = time.perf_counter() - start
+print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device.type} "
+      f"({platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()})")
+
+# %%
+viz.plot_lines({"training loss (label-smoothed)": history["loss"]}, title="English → French: training loss",
+               xlabel="step", ylabel="loss")
+
+# %% [markdown]
+# ## Beam search
+#
+# Greedy decoding commits to the most probable word at each step. But the most probable *sentence*
+# $\arg\max_y \log p(y \mid x) = \sum_i \log p(y_i \mid y_{<i}, x)$ can start with a less probable word.
+# **Beam search** keeps the $k$ best prefixes (the *beam*) instead of one: at each step it extends each by
+# every word, scores each extension by its total log-probability, and keeps the $k$ best. A prefix that
+# produced `</s>` is finished; it stays in the beam, unchanged. At the end, the winner maximises
+# $$\frac{\log p(y \mid x)}{lp(y)}, \qquad lp(y) = \left(\frac{5 + |y|}{6}\right)^{\alpha}$$
+# (the length penalty of GNMT, Wu et al. 2016; the paper uses beam 4 and $\alpha = 0.6$). Without it,
+# shorter outputs would win just because they multiply fewer probabilities below 1.
+#
+# ### Slowly, for one sentence
+#
+# Hypotheses are Python lists of `(tokens, log_prob, finished)`. Each step runs the decoder on each prefix.
+
+# %%
+def beam_search_slow(model, src, k, max_len, bos_id, eos_id, alpha=0.6):
+    """src (1, src_len) -> the best token list (starting with bos) and its log-probability."""
+    memory = model.encode(src)                                    # (1, s, d_model), once
+    beam = [([bos_id], 0.0, False)]
+    for _ in range(max_len):
+        candidates = []
+        for tokens, score, finished in beam:
+            if finished:
+                candidates.append((tokens, score, True))          # carried over unchanged
+                continue
+            ys = torch.tensor([tokens], device=src.device)
+            logp = model.generator(model.decode(ys, memory)[:, -1]).log_softmax(-1)[0]  # (vocab,)
+            for token, lp in enumerate(logp.tolist()):
+                candidates.append((tokens + [token], score + lp, token == eos_id))
+        beam = sorted(candidates, key=lambda c: c[1], reverse=True)[:k]
+        if all(finished for _, _, finished in beam):
+            break
+    best = max(beam, key=lambda c: c[1] / length_penalty(len(c[0]) - 1, alpha))
+    return best[0], best[1]
+
+# %% [markdown]
+# `tfm_lesson.decoding.beam_search` does the same for a whole batch at once: the $k$ beams of every sentence
+# are rows of one tensor $(\text{batch} \cdot k, t)$, the memory is repeated $k$ times, and one `topk` over
+# the $k \times V$ extensions of each sentence picks the new beam. Same answers:
+
+# %%
+model.eval()
+sources = [s for s, _ in data.test[:3]]
+src = encode_batch(sources, data.src_vocab, device=device)       # (3, src_len)
+batched = beam_search(model, src, beam_size=4, max_len=40, bos_id=data.tgt_vocab.bos_id,
+                      eos_id=data.tgt_vocab.eos_id, length_penalty_alpha=0.6)
+same = []
+with torch.no_grad():
+    for i, text in enumerate(sources):
+        one = encode_batch([text], data.src_vocab, device=device)
+        tokens, _ = beam_search_slow(model, one, 4, 40, data.tgt_vocab.bos_id, data.tgt_vocab.eos_id)
+        same.append(data.tgt_vocab.decode(tokens) == data.tgt_vocab.decode(batched[i]))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("slow beam search == batched beam_search on 3 test sentences:", all(same))
+
+# %% [markdown]
+# ### Beam against greedy
+#
+# Beam search looks for a more probable output; is it a better one? Both on the first 500 of the 2,000
+# held-out test sentences (no test sentence, nor its source, occurs in training):
+
+# %%
+timings, results = {}, {}
+for name, k in (("greedy", 1), ("beam 4", 4)):
+    start = time.perf_counter()
+    results[name] = evaluate(model, data.test[:500], data.src_vocab, data.tgt_vocab, beam_size=k)
+    timings[name] = time.perf_counter() - start
+    print(f"{name:7s} exact {results[name]['exact_match']:5.1f}%  BLEU {results[name]['bleu']:5.1f}  "
+          f"chrF {results[name]['chrf']:5.1f}   ({timings[name]:.1f} s for 500 sentences)")
+print(f"training time {train_seconds:.0f} s")
+
+# %%
+test_src = encode_batch([s for s, _ in data.test[:200]], data.src_vocab, device=device)
+greedy_tokens = greedy_decode(model, test_src, 40, data.tgt_vocab.bos_id, data.tgt_vocab.eos_id)
+beam_tokens = beam_search(model, test_src, 4, 40, data.tgt_vocab.bos_id, data.tgt_vocab.eos_id,
+                          length_penalty_alpha=0.0)
+lp_greedy = sequence_log_prob(model, test_src, greedy_tokens, data.tgt_vocab.eos_id)
+lp_beam = sequence_log_prob(model, test_src, beam_tokens, data.tgt_vocab.eos_id)
+print(f"beam (alpha=0) found a more probable output for {(lp_beam > lp_greedy + 1e-4).sum().item()} of 200 "
+      f"sentences, a less probable one for {(lp_beam < lp_greedy - 1e-4).sum().item()}")
+
+# %% [markdown]
+# Beam search almost always finds outputs at least as probable as greedy's (it is not guaranteed: a beam can
+# drop the prefix greedy would have kept). When the model is already confident, as a well-trained model on
+# a regular task is, the two mostly agree; beam search pays off more on ambiguous real text, and costs
+# about $k$ times the decoder work.
+#
+# ## Scoring translations: BLEU and chrF
+#
+# **BLEU** (Papineni et al., 2002) counts the word $n$-grams ($n = 1..4$) of the output that also occur in
+# the reference, takes the geometric mean of the four precisions, and multiplies by a brevity penalty for
+# outputs shorter than the references; computed over the whole test corpus, in $[0, 100]$.
+# **chrF** (Popović, 2015) is an F-score over character $n$-grams ($n \le 6$), more forgiving of a wrong
+# ending (*noir* vs *noire*). Exact match counts only perfect sentences. The package calls sacreBLEU, the
+# reference implementation, so the numbers are comparable with published ones (on the same test set).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+refs = ["le chat noir dort .", "les enfants ne mangent pas ."]
+for hyp in (["le chat noir dort .", "les enfants ne mangent pas ."],
+            ["le chat noire dort .", "les enfants ne mangent pas ."],
+            ["le noir chat dort .", "les enfants mangent ."]):
+    print(f"{str(hyp):62s} exact {exact_match(hyp, refs):5.1f}  BLEU {bleu(hyp, refs):5.1f}  chrF {chrf(hyp, refs):5.1f}")
+
+# %% [markdown]
+# One wrong agreement costs the whole sentence in exact match, a good part of BLEU (every $n$-gram that
+# touches the word), and little in chrF.
+#
+# **Measured** when this chapter was executed for the book: 500 steps in 94 s of training (a final validation
+# pass included) on a 2-core x86-64 CPU, torch 2.13, shared with other jobs at the time; on the first 500
+# held-out test sentences **BLEU 85.7 greedy, 86.5 with beam 4** (chrF 94.3 / 94.6, exact match 67% / 68%).
+# The course's target for this chapter — held-out BLEU of at least 70 within 180 s of training — is met. (The
+# second target, BLEU 90 with the command line given 20 minutes, is for `python -m tfm_lesson.train --task
+# sentences --minutes 20`; it was not measured for this chapter.) The mistakes left are mostly agreement: see
+# the first example below.
+#
+# ## See it: alignment maps
+#
+# In cross-attention, the query of each French position reads the English source. Averaging the heads of a
+# layer gives a soft **alignment**: which English words each French word was written from. English puts most
+# adjectives before the noun, French mostly after: the alignment lines cross.
+
+# %%
+def cross_attention(model, source, target, layer):
+    """Mean cross-attention of one layer's heads, (target tokens + </s>, source tokens + </s>)."""
+    src = encode_batch([source], data.src_vocab, device=device)
+    tgt = torch.tensor([data.tgt_vocab.encode(target, bos=True)], device=device)
+    with torch.no_grad(), T.record_attention(model) as record:
+        model(src, tgt[:, :-1])
+    return record.get(kind="cross", layer=layer)[0].mean(0).cpu()        # (t, s)
+
+
+examples = ["This tired girl will not hear a pretty grey bear.",   # held-out test sentences
+            "Nine angry kings sing in a village."]
+for source in examples:
+    target = translate(model, [source], data.src_vocab, data.tgt_vocab, beam_size=4)[0]
+    print(source, "->", target)
+source, target = examples[0], translate(model, [examples[0]], data.src_vocab, data.tgt_vocab, beam_size=4)[0]
+viz.show_attention(cross_attention(model, source, target, layer=1),
+                   x_tokens=data.src_vocab.tokenize(source) + ["</s>"],
+                   y_tokens=["<s>"] + data.tgt_vocab.tokenize(target),
+                   title="Cross-attention, last layer, mean of heads", xlabel="English (key)",
+                   ylabel="French so far (query)")
+
+# %% [markdown]
+# Read a row as "having just read this French word, to write the *next* one the decoder looks at …" (each
+# row is labelled with the decoder's input at that position). The row of *Cette*, which must write the noun
+# *fille*, looks at *girl*; the row of *fille*, which must write the adjective, looks back at *tired*, which
+# came *before* the noun in English — the crossing. *pretty grey bear* shows both orders in one phrase:
+# *joli* stays before the noun, *gris* goes after it. In the stored run the model also makes a typical small-
+# model mistake: it writes the adjectives without the right agreement (*fille fatigué*, *jolie ours grise*) —
+# it attends to the right English words but has not yet learnt which French noun's gender to copy. Attention is a soft alignment,
+# and not every head or layer aligns: the last layer of a small model is usually the clearest.
+
+# %%
+source, target = examples[1], translate(model, [examples[1]], data.src_vocab, data.tgt_vocab, beam_size=4)[0]
+layers = torch.stack([cross_attention(model, source, target, layer=l) for l in range(2)])  # (layers, t, s)
+viz.show_heads(layers[None], x_tokens=data.src_vocab.tokenize(source) + ["</s>"],
+               y_tokens=["<s>"] + data.tgt_vocab.tokenize(target),
+               title="Cross-attention per layer (mean of heads)", row_label="", col_label="layer")
+
+# %% [markdown]
+# ## Play with it
+#
+# Type an English sentence with words from the lexicon (unknown words become `<unk>`). The widget translates
+# with beam search and draws the last layer's alignment.
+
+# %%
+def translate_with_alignment(text):
+    out = translate(model, [text], data.src_vocab, data.tgt_vocab, beam_size=4)[0]
+    return out, cross_attention(model, text, out, layer=1)
+
+
+widgets.translate_widget(translate_with_alignment, text=examples[0])
+
+# %% [markdown]
+# ## Try this
+#
+# 1. Decode the test set with beam sizes 1, 2, 4, 8 and plot BLEU and time against $k$.
+# 2. Set `length_penalty_alpha=0.0` and then `2.0` in `evaluate(..., beam_size=4, length_penalty_alpha=...)`.
+#    Which way do output lengths move?
+# 3. Train for twice as many steps. Which metric still improves when exact match is near its ceiling?
+# 4. Your own data: a Tatoeba/Anki file `fra.txt` trains with
+#    `python -m tfm_lesson.train --tsv fra.txt --minutes 20` — the same code, on real sentences.
+#
+# ## Summary
+#
+# - The same training loop as chapter 10 trains an English → French translator on a CPU in minutes.
+# - Beam search keeps $k$ prefixes and ranks finished outputs by $\log p / lp(y)$; the batched version equals
+#   the slow one, and `beam_size=1` is greedy decoding.
+# - BLEU (word $n$-grams), chrF (character $n$-grams) and exact match measure different things; sacreBLEU
+#   computes the first two.
+# - Cross-attention, averaged over heads, is a soft word alignment, and French adjective order appears as
+#   crossing lines.
