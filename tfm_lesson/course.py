@@ -47,15 +47,21 @@ def chapters(directory: str | Path = "notebooks") -> list[Path]:
 
 
 def execute(paths: list[Path], timeout: int = 600) -> None:
-    """Run each notebook top to bottom in a fresh kernel (its own folder as working directory), saving outputs."""
+    """Run each notebook top to bottom in a fresh kernel (its own folder as working directory), saving outputs.
+
+    Live widget views are dropped from the stored outputs, which keep each explorer's static picture.
+    """
     import nbformat
     from nbclient import NotebookClient
+
+    from .widgets import strip_widget_views
 
     for path in paths:
         start = time.perf_counter()
         nb = nbformat.read(path, as_version=4)
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
+        strip_widget_views(nb)  # stored chapters show the explorers' static pictures; running a cell brings them back
         nbformat.write(nb, path)
         print(f"{path}: {time.perf_counter() - start:.1f} s", flush=True)
 
