@@ -323,7 +323,8 @@ try:
     NotebookClient(nb, timeout=int(sys.argv[2]), kernel_name="python3",
                    resources={"metadata": {"path": sys.argv[3]}}).execute()
 except Exception as exc:
-    error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:300]
+    text = [line.strip() for line in str(exc).splitlines() if line.strip().strip("-")]
+    error = f"{type(exc).__name__}: {' / '.join(text[:2])}"[:300]
 seconds = time.perf_counter() - start
 peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the kernel, our only child; KiB on Linux
 print(json.dumps({"seconds": seconds, "peak_rss_mb": peak_kib / 1024, "error": error}))
