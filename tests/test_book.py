@@ -102,3 +102,56 @@ def test_book_has_every_chapter_with_a_figure(built_book):
     assert (built_book / "mathjax" / "MathJax.js").exists()
     solution_page = (built_book / "notebooks" / f"{WITH_SOLUTIONS[0].stem}.html").read_text()
     assert "tag_hide-input" in solution_page  # solutions collapsed behind a toggle
+
+
+@pytest.fixture(scope="module")
+def book_server(built_book):
+    """The built book served over HTTP on 127.0.0.1, as a reader's browser would get it."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(built_book))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.parametrize("page_name", ["01_attention", "09_the_transformer"])
+def test_book_page_renders_math_and_figures(book_server, page_name):
+    from browser import chromium_page, require_browser, screenshot
+
+    require_browser()
+    with chromium_page(width=1300, height=1000) as page:
+        failed: list[str] = []
+        page.on("requestfailed", lambda request: failed.append(request.url))
+        page.goto(f"{book_server}/notebooks/{page_name}.html")
+        # MathJax typesets asynchronously: wait until its queue is empty and every formula has output
+        page.wait_for_function("() => window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0 "
+                               "&& document.querySelectorAll('.math.notranslate').length > 0 "
+                               "&& document.querySelectorAll('.MathJax_CHTML, .MathJax').length > 0", timeout=60_000)
+        state = page.evaluate("""() => ({
+            formulas: document.querySelectorAll('.math.notranslate').length,
+            typeset: document.querySelectorAll('.MathJax_CHTML, .MathJax').length,
+            mathErrors: document.querySelectorAll('.MathJax_Error, merror').length,
+            rawTex: [...document.querySelectorAll('.math.notranslate')].filter(e => e.textContent.includes('\\\\(')).length,
+            figures: [...document.querySelectorAll('img')].filter(i => i.src.includes('_images/'))
+                                                          .map(i => [i.complete, i.naturalWidth]),
+        })""")
+        screenshot(page, f"book_{page_name}")
+        figure = page.locator("img[src*='_images/']").first
+        figure.scroll_into_view_if_needed()
+        screenshot(page, f"book_{page_name}_figure")
+    # MathJax 2 probes for its TeX web fonts before falling back to the STIX-Web fonts that ship with it
+    failed = [url for url in failed if url != "about:blank" and "/mathjax/fonts/HTML-CSS/TeX/" not in url]
+    assert not failed, f"requests failed: {failed[:5]}"
+    assert state["typeset"] >= state["formulas"] > 0 and state["mathErrors"] == 0 and state["rawTex"] == 0, state
+    assert state["figures"] and all(done and width > 100 for done, width in state["figures"]), state["figures"]

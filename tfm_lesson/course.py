@@ -154,11 +154,20 @@ def restore_files(paths: list[Path], originals: Path) -> None:
 
 # the book ------------------------------------------------------------------------------------------------------------
 def book_page(nb: Any) -> Any:
-    """A chapter as the book shows it: solution cells collapsed behind a toggle (``hide-input``)."""
+    """A chapter as the book shows it: solution cells collapsed behind a toggle (``hide-input``), the set-up
+    cell left out (a reader of the book has nothing to install), and nbval's markers removed."""
     out = copy.deepcopy(nb)
     for cell in out["cells"]:
+        if cell.get("cell_type") != "code":
+            continue
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
         if _is_solution(cell):
-            cell["metadata"]["tags"] = [*cell["metadata"]["tags"], "hide-input"]
+            tags.append("hide-input")
+        if cell["source"].strip() == SETUP_CELL.strip():
+            tags.append("remove-cell")
+        lines = cell["source"].splitlines()
+        if lines and lines[0].strip() == "# NBVAL_CHECK_OUTPUT":
+            cell["source"] = "\n".join(lines[1:])
     return out
 
 
