@@ -359,9 +359,11 @@ print(causal_off_by_one(4).int())
 print(hint_of(lambda: check_causal_mask(causal_off_by_one)))
 
 # %% [markdown]
-# **The loss curve.** A tiny `tfm_lesson.Transformer` (one layer each side, `d_model = 32`) learns to copy
-# random sequences of 8 digits. The leaky model is the same class with `make_tgt_mask` using `tril(1)`.
-# Both start from the same weights and see the same batches.
+# **The loss curves.** A tiny `tfm_lesson.Transformer` (one layer each side, `d_model = 32`, 4 heads) learns
+# to copy random sequences of 8 digits. The leaky model is the same class with `make_tgt_mask` using
+# `tril(1)`. A third model swaps mistake 1 (scores divided by $\sqrt{d_{model}}$) into every attention
+# module. All three start from the same weights and see the same batches; afterwards we decode greedily,
+# one token at a time, as at inference.
 
 # %%
 class LeakyTransformer(Transformer):
@@ -380,10 +382,14 @@ def copy_batch(batch_size, gen):
     return src.to(device), tgt_in.to(device), src.to(device)
 
 
-def train(cls, steps=300):
+def train(cls, steps=300, attention=None):
+    """Train ``cls`` on the copy task; ``attention``: a buggy class swapped into every attention module."""
     tfm_lesson.seed_everything(0)
     model = cls(src_vocab=VOCAB, tgt_vocab=VOCAB, d_model=32, heads=4, d_ff=64, num_encoder_layers=1,
                 num_decoder_layers=1, dropout=0.0, max_len=16).to(device)
+    for module in model.modules():
+        if attention is not None and type(module) is MultiHeadAttention:
+            module.__class__ = attention  # same parameters, the buggy forward
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     gen, losses = torch.Generator().manual_seed(1), []
     for _ in range(steps):
@@ -409,20 +415,28 @@ start = time.perf_counter()
 with cpu_threads(1 if device.type == "cpu" else None):  # tiny matrices: one CPU thread is much faster
     model_right, loss_right = train(Transformer)
     model_leaky, loss_leaky = train(LeakyTransformer)
+    model_d_model, loss_d_model = train(Transformer, attention=ScaledByDModel)
     acc_right, acc_leaky = greedy_accuracy(model_right), greedy_accuracy(model_leaky)
-print(f"trained both in {time.perf_counter() - start:.1f} s on {device}")
-print(f"final training loss: correct {loss_right[-1]:.3f}, leaky {loss_leaky[-1]:.3f}")
-print(f"greedy copy accuracy: correct {acc_right:.2f}, leaky {acc_leaky:.2f}")
+    acc_d_model = greedy_accuracy(model_d_model)
+print(f"trained three models in {time.perf_counter() - start:.1f} s on {device}")
+print(f"final training loss: correct {loss_right[-1]:.3f}, leaky {loss_leaky[-1]:.3f}, "
+      f"sqrt(d_model) {loss_d_model[-1]:.3f}")
+print(f"greedy copy accuracy: correct {acc_right:.2f}, leaky {acc_leaky:.2f}, sqrt(d_model) {acc_d_model:.2f}")
 
 # %%
-viz.plot_lines({"causal mask tril()": loss_right, "off by one tril(1)": loss_leaky}, logy=True,
-               title="copy task: the leaky mask 'learns' faster", xlabel="step", ylabel="cross-entropy")
+viz.plot_lines({"correct": loss_right, "causal mask off by one, tril(1)": loss_leaky,
+                "scores / sqrt(d_model)": loss_d_model},
+               title="copy task: every model 'trains'", xlabel="step", ylabel="cross-entropy")
 
 # %% [markdown]
-# The leaky curve drops to almost zero within a few dozen steps: copying the next input is much easier
-# than copying from the source. A lower training loss than the correct model is the classic sign of a
-# leak. At inference (greedy decoding, one token at a time) the leak has nothing to read, and the accuracy
-# shows what the model really learned.
+# The leaky curve drops below the correct one: copying the next decoder input is easier than finding the
+# token in the source. A training loss *lower* than a correct model's is the classic sign of a leak. At
+# inference the leak has nothing to read (the next token does not exist yet), and the greedy accuracy shows
+# what the model really learned. The $\sqrt{d_{model}}$ model trains as well as the correct one on this small
+# task (its logits start $\sqrt{h} = 2$ times too small, and the projections simply learn larger weights to
+# compensate): its loss curve and its accuracy would never tell you that anything is wrong. It is still not
+# the paper's model, and in a deep stack with many heads it starts with needlessly flat attention. Only the
+# checker tells you.
 #
 # ### Mistake 9 · `if mask:` on a tensor
 #
