@@ -313,6 +313,23 @@ print("weight on the two pads, flipped:", round(float(weights_wrong[..., 3:].sum
 viz.show_attention(weights_wrong[0, 0], x_tokens=["7", "8", "9", "pad", "pad"], y_tokens=["7", "8", "9", "pad", "pad"],
                    title="flipped polarity: only the pads get attention")
 
+# %% [markdown]
+# The same trap, the other way round, with PyTorch's own module: hand `tfm_lesson`'s padding mask (True = real
+# token) to `nn.MultiheadAttention` as `key_padding_mask` (True = ignore this key) and it ignores the real
+# tokens. `tfm_lesson.torch_mask` converts between the two conventions.
+
+# %%
+torch.manual_seed(0)
+torch_mha = nn.MultiheadAttention(4, 1, batch_first=True).eval()
+seq = torch.randn(1, 5, 4)  # (batch, len, d_model)
+with torch.no_grad():
+    _, torch_flipped = torch_mha(seq, seq, seq, key_padding_mask=keep[:, 0, 0, :])  # BUG: torch's True = ignore
+    _, torch_right = torch_mha(seq, seq, seq, key_padding_mask=tfm_lesson.torch_mask(keep[:, 0, 0, :]))  # ~mask
+# NBVAL_CHECK_OUTPUT
+print("nn.MultiheadAttention, weight of the real queries on the pads:")
+print("  with tfm_lesson's mask:   ", round(float(torch_flipped[0, :3, 3:].sum(-1).mean()), 3))
+print("  with torch_mask(mask):    ", round(float(torch_right[0, :3, 3:].sum(-1).mean()), 3))
+
 # %%
 print(hint_of(lambda: check_attention(attention_torch_polarity)))
 

@@ -327,3 +327,45 @@ def test_pre_norm_with_log_prob_generator():
         logits = model(src, tgt)
     assert torch.allclose(log_probs, logits.log_softmax(-1), atol=1e-6)
     assert torch.allclose(log_probs.exp().sum(-1), torch.ones(1, 4), atol=1e-5)
+
+
+# --- the symptoms the chapter shows --------------------------------------------------------------------------------
+def test_symptoms():
+    torch.manual_seed(0)
+    # 3: a bare reshape mixes positions: with self-only attention, position 0 then depends on position 1
+    only_self = torch.eye(6, dtype=torch.bool)
+    x = torch.randn(1, 6, 16)
+    x2 = x.clone()
+    x2[0, 1] += 1.0
+    for cls, leaks in ((_MHA, False), (MergeWithoutTranspose, True)):
+        module = cls(16, 4).eval()
+        with torch.no_grad():
+            changed = not torch.allclose(module(x, x, x, only_self)[0, 0], module(x2, x2, x2, only_self)[0, 0])
+        assert changed is leaks
+    # 6: tfm_lesson's mask handed to nn.MultiheadAttention attends only to the pads
+    keep = padding_mask(torch.tensor([[7, 8, 9, 0, 0]]), 0)[:, 0, 0, :]  # (1, 5)
+    mha = nn.MultiheadAttention(4, 1, batch_first=True).eval()
+    seq = torch.randn(1, 5, 4)
+    with torch.no_grad():
+        flipped = mha(seq, seq, seq, key_padding_mask=keep)[1]
+        right = mha(seq, seq, seq, key_padding_mask=tfm_lesson.torch_mask(keep))[1]
+    assert torch.allclose(flipped[0, :, 3:].sum(-1), torch.ones(5))
+    assert torch.allclose(right[0, :, 3:].sum(-1), torch.zeros(5))
+    # 11: eps outside the square root is invisible at unit variance, large at tiny variance
+    x = torch.randn(1, 4, 8)
+    assert (EpsOutsideSqrt(8)(x) - nn.LayerNorm(8)(x)).abs().max() < 1e-4
+    assert (EpsOutsideSqrt(8)(x * 1e-3) - nn.LayerNorm(8)(x * 1e-3)).abs().max() > 0.1
+    # 12: no activation makes the feed-forward network affine
+    a, b, zero = torch.randn(1, 3, 16), torch.randn(1, 3, 16), torch.zeros(1, 3, 16)
+    for module, affine in ((NoActivation(16, 64), True), (PositionwiseFeedForward(16, 64), False)):
+        f0 = module(zero)
+        assert torch.allclose(module(a + b) - f0, module(a) + module(b) - 2 * f0, atol=1e-5) is affine
+    # 13: with one sequence the batch-axis bug runs and gives every position the same encoding
+    out = PositionsAlongBatch(8)(torch.zeros(1, 5, 8))
+    assert bool((out == out[:, :1]).all())
+    # 15: a post-norm layer's output is normalised per position; the pre-norm code's is not
+    x = torch.randn(2, 5, 16) * 3
+    with torch.no_grad():
+        post = EncoderLayer(16, 2, 32, dropout=0.0).eval()(x).std(-1, unbiased=False)
+        bug = PostNormProsePreNormCode(16, 2, 32, dropout=0.0).eval()(x).std(-1, unbiased=False)
+    assert torch.allclose(post, torch.ones_like(post), atol=1e-3) and not torch.allclose(bug, torch.ones_like(bug), atol=0.1)
