@@ -650,28 +650,9 @@ print(f"per-position std of the output: post-norm {std_post:.2f}, the 'post-norm
 print(hint_of(lambda: check_encoder_layer(PostNormProsePreNormCode)))
 
 # %% [markdown]
-# ## Summary of part 1 to 3: mistake → symptom → checker
-#
-# | # | mistake | symptom | caught by |
-# |---|---|---|---|
-# | 1 | scores / $\sqrt{d_{model}}$ | flatter attention (higher entropy), still trains | `check_multi_head_attention` |
-# | 2 | cross-attention query through `w_k` | `w_q` gets no gradient; wrong output in cross-attention | `check_multi_head_attention` |
-# | 3 | heads merged without the transpose | positions leak into each other | `check_multi_head_attention` |
-# | 4 | `-inf` on a fully masked row | NaN output, then NaN everywhere | `check_attention` |
-# | 5 | `-1e9` in float16 | `RuntimeError: ... overflow` | `check_attention` |
-# | 6 | polarity flipped (SDPA vs `nn.MultiheadAttention`) | attends only to the padding | `check_attention` |
-# | 7 | padding mask on the query axis | real queries still see the pads | `check_padding_mask` |
-# | 8 | causal mask `tril(1)` | training loss too good, greedy decoding fails | `check_causal_mask` |
-# | 9 | `if mask:` | `RuntimeError: Boolean value of Tensor ... ambiguous` | `check_encoder_layer` |
-# | 10 | misspelled `maks` | `NameError` only with a mask, or the mask silently ignored | `check_encoder_layer` |
-# | 11 | eps outside the square root | wrong output for small-variance rows | `check_layer_norm` |
-# | 12 | FFN without activation | the FFN is affine | `check_feed_forward` |
-# | 13 | `pe[:x.size(0)]` on batch-first input | all positions equal (or a shape error) | `check_positional_encoding` |
-# | 14 | residual via `deepcopy` | gradient lost (or `RuntimeError` from deepcopy) | `check_encoder_layer` |
-# | 15 | post-norm docstring, pre-norm code | output not normalised; wrong model | `check_encoder_layer` |
-
-# %% [markdown]
 # ## Part 4 · The seeds' designs, done right
+#
+# (The table in the summary at the end collects the fifteen mistakes, their symptoms and their checkers.)
 #
 # The old implementations were not only bugs. They made design choices that differ from the paper's
 # default or from `tfm_lesson`'s code, and are perfectly good. Each is either an option of `tfm_lesson` or
@@ -940,6 +921,36 @@ check_encoder_layer(MyEncoderLayer)
 # - A training loss that is *better* than expected is a warning sign too: a causal mask off by one lets the
 #   decoder read the answer.
 # - The checkers of `tfm_lesson.checks` each run the classic wrong versions on the same weights and name the
-#   one you wrote; the table above lists which checker catches which mistake.
+#   one you wrote; the table below lists which checker catches which mistake.
 # - The seeds' good designs (learned positions, fused QKV, separate projections with split/merge, masks from
 #   pad ids, pre-norm with log-probabilities) are options of `tfm_lesson` or proven equal to it.
+#
+# **Mistake → symptom → checker**
+#
+# | # | mistake | symptom | caught by |
+# |---|---|---|---|
+# | 1 | scores / $\sqrt{d_{model}}$ | flatter attention (higher entropy), still trains | `check_multi_head_attention` |
+# | 2 | cross-attention query through `w_k` | `w_q` gets no gradient; wrong output in cross-attention | `check_multi_head_attention` |
+# | 3 | heads merged without the transpose | positions leak into each other | `check_multi_head_attention` |
+# | 4 | `-inf` on a fully masked row | NaN output, then NaN everywhere | `check_attention` |
+# | 5 | `-1e9` in float16 | `RuntimeError: ... overflow` | `check_attention` |
+# | 6 | polarity flipped (SDPA vs `nn.MultiheadAttention`) | attends only to the padding | `check_attention` |
+# | 7 | padding mask on the query axis | real queries still see the pads | `check_padding_mask` |
+# | 8 | causal mask `tril(1)` | training loss too good, greedy decoding fails | `check_causal_mask` |
+# | 9 | `if mask:` | `RuntimeError: Boolean value of Tensor ... ambiguous` | `check_encoder_layer` |
+# | 10 | misspelled `maks` | `NameError` only with a mask, or the mask silently ignored | `check_encoder_layer` |
+# | 11 | eps outside the square root | wrong output for small-variance rows | `check_layer_norm` |
+# | 12 | FFN without activation | the FFN is affine | `check_feed_forward` |
+# | 13 | `pe[:x.size(0)]` on batch-first input | all positions equal (or a shape error) | `check_positional_encoding` |
+# | 14 | residual via `deepcopy` | gradient lost (or `RuntimeError` from deepcopy) | `check_encoder_layer` |
+# | 15 | post-norm docstring, pre-norm code | output not normalised; wrong model | `check_encoder_layer` |
+#
+# **The seeds' designs → where they live in `tfm_lesson` → how we proved it**
+#
+# | design | in `tfm_lesson` | parity shown by |
+# |---|---|---|
+# | learned positional embeddings | `TransformerConfig(positional="learned")`, `LearnedPositionalEncoding` | `check_learned_positional_encoding` |
+# | fused QKV, `Linear(d_model, 3 d_model)` | inside `MultiHeadAttention` for self-attention | `torch.allclose` with concatenated weights |
+# | separate $W^Q, W^K, W^V$ with split/merge | `MultiHeadAttention` (`w_q`, `w_k`, `w_v`, `w_o`) | `check_multi_head_attention` |
+# | masks built from pad ids | `Transformer.make_src_mask` / `make_tgt_mask` | `check_decoder_mask`, equal logits |
+# | pre-norm, log-probability generator | `norm_first=True`; `log_softmax` of the logits | `check_generator`, `torch.allclose` |
