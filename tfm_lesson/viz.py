@@ -20,7 +20,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure as _MplFigure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, MaxNLocator, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 __all__ = [
     "Figure", "show_attention", "show_heads", "show_mask", "show_matrix", "plot_lines", "plot_history",
@@ -407,8 +407,10 @@ def _draw_lines(ax, series: Mapping, x, logy: bool, start: int = 0) -> None:
                 marker="o" if len(y) <= 25 else None, markersize=3.5, linewidth=1.6)
     if logy:
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(ScalarFormatter())
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.001, 1, 100: no "0.0"
+        low, high = ax.get_ylim()
+        # within one decade the minor ticks are the only labels; over several they would overlap
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}") if high / low <= 10 else NullFormatter())
     if x_arr is None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3, linewidth=0.6)

@@ -84,7 +84,7 @@ def _call(fn: Callable, args: tuple, what: str, lead: tuple[int, ...], **kwargs)
     try:
         return call(fn, *args, what=what, **kwargs)
     except Mistake as exc:
-        if lead and "raised" in str(exc):
+        if lead and "raised" in str(exc) and "overflow" not in str(exc):
             raise Mistake(f"{exc}. It failed on inputs with leading dimensions {lead}: {TRANSPOSE_HINT}, and "
                           "let softmax, sums and masks use negative axes (dim=-1).") from exc
         raise
