@@ -14,8 +14,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PIP) -r requirements.txt -e .
 	touch $@
 
-course: setup  ## open the course in JupyterLab
-	$(VENV)/bin/jupyter lab notebooks/
+course: setup  ## open the course in JupyterLab (--allow-root only when run as root, e.g. in a container)
+	$(VENV)/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 test: setup  ## every test: package, notebooks (nbval), book, browser (skips without Chromium)
 	$(PY) -m pytest
