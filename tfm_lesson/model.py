@@ -157,7 +157,9 @@ class Transformer(nn.Module):
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
         """src ``(batch, src_len)``, tgt ``(batch, tgt_len)`` ids -> logits ``(batch, tgt_len, tgt_vocab)``."""
-        if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
+        check_tokens(src, "src", self.config.src_vocab)  # before the masks are built from them
+        check_tokens(tgt, "tgt", self.config.tgt_vocab)
+        if src.size(0) != tgt.size(0):
             raise ValueError(f"src and tgt must have the same batch size, got {src.size(0)} and {tgt.size(0)}")
         src_mask = self.make_src_mask(src) if src_mask is None else src_mask
         memory = self.encode(src, src_mask)
