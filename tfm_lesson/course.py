@@ -160,11 +160,11 @@ def book_page(nb: Any) -> Any:
     for cell in out["cells"]:
         if cell.get("cell_type") != "code":
             continue
-        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
-        if _is_solution(cell):
-            tags.append("hide-input")
-        if cell["source"].strip() == SETUP_CELL.strip():
-            tags.append("remove-cell")
+        added = (["hide-input"] if _is_solution(cell) else []) + (
+            ["remove-cell"] if cell["source"].strip() == SETUP_CELL.strip() else [])
+        if added:
+            meta = cell.setdefault("metadata", {})
+            meta["tags"] = [*meta.get("tags", []), *added]
         lines = cell["source"].splitlines()
         if lines and lines[0].strip() == "# NBVAL_CHECK_OUTPUT":
             cell["source"] = "\n".join(lines[1:])
