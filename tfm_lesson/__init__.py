@@ -10,6 +10,7 @@ from .model import EncoderDecoder, Transformer, TransformerConfig, count_paramet
 from .norm import LayerNorm, layer_norm
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_table
 from .recording import AttentionRecord, record_attention
+from . import quiz  # noqa: E402  (ipywidgets is imported only when a quiz is shown)
 
 __version__ = "0.1.0"
 

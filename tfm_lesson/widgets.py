@@ -585,7 +585,8 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
 # ---------------------------------------------------------------------------------------------------------
 # saved notebooks
 def strip_widget_views(nb) -> int:
-    """Remove the live-widget view from stored outputs that also carry a static ``image/png``, in place.
+    """Remove the live-widget view from stored outputs that also carry a static ``image/png`` (an explorer) or
+    ``text/html`` (a quiz), in place.
 
     ``nb`` is a notebook (``nbformat.NotebookNode`` or the same dict). Returns how many outputs changed.
     Call it on an executed chapter before saving it, so JupyterLab, GitHub and the book show the picture
@@ -595,7 +596,7 @@ def strip_widget_views(nb) -> int:
     for cell in nb.get("cells", []):
         for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             data = output.get("data", {})
-            if WIDGET_VIEW in data and "image/png" in data:
+            if WIDGET_VIEW in data and ("image/png" in data or "text/html" in data):  # a static fallback
                 del data[WIDGET_VIEW]
                 changed += 1
     if changed:

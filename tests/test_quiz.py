@@ -1,0 +1,113 @@
+"""Quizzes ("check your understanding") and exercise labels: every chapter has both, and both are well formed."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tfm_lesson import quiz
+from tfm_lesson.quiz import Question, load_quiz, quiz_chapters
+from tfm_lesson.widgets import WIDGET_VIEW, strip_widget_views
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LABEL = re.compile(r"^\*\*Difficulty\*\* ([123])/3 · \*\*Importance\*\* ([123])/3 · \*\*Time\*\* ~(\d+) min\s*$")
+EXERCISE = re.compile(r"^#{2,4} Exercise \d+\b")
+
+
+def _question(**changes) -> Question:
+    fields = dict(prompt="2 + 2?", options=["3", "4"], answer=1, feedback=["one short", "yes"])
+    return Question(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("chapter", [p.name[:2] for p in CHAPTERS])
+def test_every_chapter_has_a_quiz_of_three_or_more(chapter):
+    questions = load_quiz(chapter)
+    assert len(questions) >= 3, f"chapter {chapter} has {len(questions)} quiz questions, at least 3 wanted"
+    for q in questions:  # exactly one right answer, feedback for every option (Question checks on creation)
+        assert 0 <= q.answer < len(q.options) and len(q.feedback) == len(q.options)
+        assert len({f.strip() for f in q.feedback}) == len(q.feedback), f"copied feedback in: {q.prompt}"
+    assert len({q.prompt for q in questions}) == len(questions), f"a question repeats in chapter {chapter}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name[:2])
+def test_every_chapter_shows_its_quiz_before_the_summary(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            and re.search(rf"quiz\.show\(\s*[\"']{path.name[:2]}[\"']", c.source)]
+    assert code, f"{path.name}: no cell calls quiz.show(\"{path.name[:2]}\")"
+    headings = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+                and re.search(r"^#+ Check your understanding", c.source, re.M)]
+    assert headings and headings[-1] < code[0], f"{path.name}: the quiz needs a 'Check your understanding' heading"
+    outputs = nb.cells[code[0]].get("outputs", [])
+    assert any("text/html" in o.get("data", {}) for o in outputs), f"{path.name}: quiz cell has no stored static page"
+    assert not any(WIDGET_VIEW in o.get("data", {}) for o in outputs), f"{path.name}: a dead widget view is stored"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name[:2])
+def test_every_exercise_is_labelled(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        lines = cell.source.splitlines()
+        for i, line in enumerate(lines):
+            if EXERCISE.match(line):
+                following = next((x for x in lines[i + 1:] if x.strip()), "")
+                assert LABEL.match(following), (
+                    f"{path.name}: '{line}' needs, on its next line, "
+                    f"'**Difficulty** 2/3 · **Importance** 3/3 · **Time** ~10 min'; got {following!r}")
+                minutes = int(LABEL.match(following).group(3))
+                assert 1 <= minutes <= 120, f"{path.name}: '{line}': {minutes} minutes?"
+
+
+def test_quiz_files_belong_to_chapters():
+    chapters = {p.name[:2] for p in CHAPTERS}
+    assert set(quiz_chapters()) <= chapters, f"quizzes without a chapter: {set(quiz_chapters()) - chapters}"
+
+
+@pytest.mark.parametrize("changes, word", [
+    (dict(answer=2), "answer"), (dict(answer=True), "answer"), (dict(options=["4"]), "options"),
+    (dict(options=["4", "4"]), "differ"), (dict(feedback=["only one"]), "feedback"),
+    (dict(feedback=["a", " "]), "feedback"), (dict(prompt=""), "prompt"), (dict(options="34"), "options"),
+])
+def test_malformed_questions_are_refused(changes, word):
+    with pytest.raises(ValueError, match=word):
+        _question(**changes)
+
+
+def test_load_quiz_names_the_chapter_format():
+    with pytest.raises(ValueError, match="two digits"):
+        load_quiz("3a")
+    with pytest.raises(ValueError, match="no quiz"):
+        load_quiz("99")
+
+
+def test_the_widget_answers_back():
+    q = quiz.show([_question(), _question(prompt="3 + 3?", options=["6", "9"], answer=0, feedback=["yes", "no"])])
+    assert q.answer(0, 0).startswith("Not quite. one short")
+    assert "tfm-quiz-wrong" in q._feedback[0].value and "tfm-quiz-right" not in q._feedback[0].value
+    assert q.answer(0, 1) == "Right. yes" and "tfm-quiz-right" in q._feedback[0].value
+    q._choices[1].value = None
+    q._check(1)
+    assert q.replies[1] == "Choose an option first."
+    with pytest.raises(ValueError, match="choice"):
+        q.answer(1, 5)
+
+
+def test_static_page_folds_answer_and_every_feedback():
+    questions = [_question(prompt="Is `x < y` escaped?", feedback=["no <b>", "yes"])]
+    page = quiz.to_html(questions)
+    assert "<details>" in page and "<code>x &lt; y</code>" in page
+    assert "no &lt;b&gt;" in page and "yes" in page and "(right)" in page and "(wrong)" in page
+
+
+def test_stored_quiz_output_keeps_the_static_page_only():
+    bundle = quiz.show([_question()])._repr_mimebundle_()
+    assert WIDGET_VIEW in bundle and "text/html" in bundle
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[
+        nbformat.v4.new_output("display_data", data=bundle)])])
+    assert strip_widget_views(nb) == 1
+    assert set(nb.cells[0].outputs[0]["data"]) == {"text/plain", "text/html"}
