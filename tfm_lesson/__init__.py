@@ -1,9 +1,11 @@
 """tfm_lesson: the Transformer of "Attention Is All You Need", built step by step and proven equal to PyTorch."""
 from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .cache import CrossAttentionCache, KVCache
 from .decoder import Decoder, DecoderLayer
 from .device import default_device, seed_everything
 from .encoder import Encoder, EncoderLayer
 from .feedforward import PositionwiseFeedForward
+from .gpt import GPT, GPTConfig
 from .interop import from_torch, to_torch, torch_mask
 from .masks import causal_mask, check_mask, combine_masks, padding_mask
 from .model import EncoderDecoder, Transformer, TransformerConfig, count_parameters, parameter_table
@@ -24,4 +26,5 @@ __all__ = [
     "from_torch", "to_torch", "torch_mask",
     "record_attention", "AttentionRecord",
     "default_device", "seed_everything",
+    "GPTConfig", "GPT", "KVCache", "CrossAttentionCache",
 ]

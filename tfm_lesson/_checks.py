@@ -1,6 +1,7 @@
 """Argument checks shared by the modules: clear errors that name the argument and what was expected."""
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -31,15 +32,19 @@ def check_features(x: object, name: str, d_model: int, dims: str = "(batch, seq_
 
 
 def check_tokens(tokens: object, name: str, vocab_size: int) -> Tensor:
-    """``tokens`` must be ``(batch, seq_len)`` integer ids in ``[0, vocab_size)``."""
+    """``tokens`` must be ``(batch, seq_len)`` integer ids in ``[0, vocab_size)``.
+
+    One ``torch.aminmax`` and one copy to the host per call: call it once per batch, not in every layer.
+    """
     if not isinstance(tokens, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids shaped (batch, seq_len), got {type(tokens).__name__}")
     if tokens.dim() != 2:
         raise ValueError(f"{name} must be shaped (batch, seq_len), got shape {tuple(tokens.shape)}")
-    if tokens.is_floating_point() or tokens.dtype == bool or tokens.is_complex():
-        raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}")
+    if tokens.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"{name} must hold integer token ids, got dtype {tokens.dtype}: token ids must be an integer "
+                        f"tensor (torch.long, or torch.int32) that an embedding can index; convert with {name}.long()")
     if tokens.numel():
-        lo, hi = int(tokens.min()), int(tokens.max())
+        lo, hi = torch.stack(torch.aminmax(tokens)).tolist()  # one reduction, one device-to-host copy
         if lo < 0 or hi >= vocab_size:
             bad = lo if lo < 0 else hi
             raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size})")

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import check_features, check_positive_int, check_probability
+from .cache import CrossAttentionCache, KVCache
 from .masks import check_mask
 
 __all__ = ["scaled_dot_product_attention", "MultiHeadAttention"]
@@ -124,12 +125,17 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         need_weights: bool = False,
+        cache: KVCache | CrossAttentionCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """query ``(batch, q_len, d_model)``, key/value ``(batch, k_len, d_model)``, mask broadcastable to
         ``(batch, heads, q_len, k_len)`` (True = may attend).
 
         Returns ``(output, weights)``: output ``(batch, q_len, d_model)``; weights ``(batch, heads, q_len,
         k_len)`` from the explicit path when ``need_weights`` is true, else ``None`` (fast path).
+
+        ``cache`` (chapter 15): a :class:`KVCache` appends this call's keys and values to the earlier ones, so
+        ``k_len`` counts cached and new positions; a filled :class:`CrossAttentionCache` reuses the memory's
+        keys and values instead of projecting ``key`` and ``value`` again.
         """
         check_features(query, "query", self.d_model)
         check_features(key, "key", self.d_model)
@@ -139,9 +145,14 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query, key and value must share the batch size: got {batch}, {key.size(0)}, {value.size(0)}")
         if value.size(1) != k_len:
             raise ValueError(f"key and value must have the same length: key has {k_len}, value has {value.size(1)}")
+        if isinstance(cache, CrossAttentionCache) and cache.filled:  # the memory's keys and values: computed once
+            q, k, v = self._split_heads(self.w_q(query)), cache.key, cache.value
+        else:
+            q, k, v = self._project(query, key, value)  # each (batch, heads, len, d_k)
+            if cache is not None:
+                k, v = cache.update(k, v)  # earlier positions' keys and values + the new ones
         if mask is not None:
-            check_mask(mask, (batch, self.heads, q_len, k_len), "mask")
-        q, k, v = self._project(query, key, value)  # each (batch, heads, len, d_k)
+            check_mask(mask, (batch, self.heads, q_len, k.size(2)), "mask")
         p = self.dropout if self.training else 0.0
 
         weights = None

@@ -6,6 +6,7 @@ The same two-layer MLP is applied to every position independently: ``d_model -> 
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch.nn.functional as F
@@ -15,7 +16,10 @@ from ._checks import check_features, check_positive_int, check_probability
 
 __all__ = ["PositionwiseFeedForward", "ACTIVATIONS"]
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu, "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),  # GPT-2's GELU: the tanh approximation
+}
 
 
 class PositionwiseFeedForward(nn.Module):
