@@ -15,10 +15,10 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, subprocess, sys
+import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
 
 # %% [markdown]
 # # 00 · Welcome: how this course works, and the shapes of attention
@@ -26,17 +26,40 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # Over the next chapters you will build the Transformer of *Attention Is All You Need* (Vaswani et al., 2017)
 # one piece at a time, in PyTorch, and prove every piece equal to PyTorch's own. This first chapter does two
 # things: it shows you how to work with the course, and it drills the one skill everything else rests on —
-# **reading and moving tensor shapes**. Attention is four matrix products and a softmax; almost every bug in a
-# from-scratch Transformer is a tensor that has the right numbers on the wrong axis.
+# **reading and moving tensor shapes**. The core of attention is two matrix products with a softmax between
+# them (you will write all three in this chapter's exercises); almost every bug in a from-scratch Transformer is
+# a tensor that has the right numbers on the wrong axis.
 #
 # **What you will learn**
 #
 # - how to run a chapter (JupyterLab or Colab), how exercises and their checkers work, where the solutions are;
+# - the words the course uses (token, query, key, value, head, mask) and why the paper chose attention over
+#   recurrent networks;
 # - the shapes attention lives in: `(batch, seq_len, d_model)` for a batch of sentences, and
-#   `(batch, heads, q_len, k_len)` for attention weights;
+#   `(batch, heads, q_len, k_len)` for attention weights (every one of these words is defined just below);
 # - batched matrix products, `transpose(-2, -1)` versus `.T`, broadcasting from the right, `view` versus `reshape`;
 # - choosing a device and fixing seeds, so the same code runs on a laptop CPU and a Colab GPU, reproducibly;
 # - a **shape tracer** that runs a model once and lists what goes in and out of every part of it.
+
+# %% [markdown]
+# ## The words this course uses
+#
+# You will meet these words from the first page on; each gets its own chapter later.
+#
+# - **Token**: a word or a piece of a word. The model never sees text, only one vector of `d_model` numbers per
+#   token (`d_model = 512` in the paper).
+# - **Attention** lets every token look at the other tokens and take in a mix of them. The token that is
+#   looking supplies a **query** vector ("what am I looking for?"); every token it may look at supplies a
+#   **key** ("what do I offer?") and a **value** ("what I hand over if I am chosen"). A query's score with a
+#   key is their dot product; high scores give high weights, and the query receives the weighted average of
+#   the values. `q_len` is the number of queries and `k_len` the number of keys; `d_k` is the length of one
+#   query or key vector.
+# - A **head** is one such attention computation. The Transformer runs several heads side by side on the same
+#   tokens (8 in the paper), each with its own smaller queries, keys and values, so that each can look for
+#   something different (chapter 03).
+# - A **mask** is a table of True/False that says which keys each query may look at. Sentences in a batch have
+#   different lengths, so the short ones are filled up with a filler token, *padding*; a **padding mask**
+#   hides those fillers. A **causal mask** hides the tokens that come later in the sentence (chapter 02).
 
 # %% [markdown]
 # ## How to use the course
@@ -50,9 +73,15 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # **Running cells.** Run cells from top to bottom with <kbd>Shift</kbd>+<kbd>Enter</kbd>. A chapter is written
 # to be run in order: later cells use names defined earlier. If you get lost (or edit a cell and things stop
 # making sense), use *Kernel → Restart Kernel and Run All Cells*: that is exactly how the course is tested, so
-# it always works from a fresh start. Every chapter runs in well under a minute on a laptop CPU.
+# it always works from a fresh start. Most chapters run in under a minute on a laptop CPU; the two that train a
+# model (10 and 11) take a few minutes.
+
+# %% [markdown]
+# ### Exercises, checkers and quizzes
 #
-# **Exercises.** Each chapter ends with at least three. An exercise has
+# Each chapter ends with at least three exercises. Each is labelled with its difficulty (1 to 3), its
+# importance (3/3: later chapters build on it) and the time it usually takes, so you can choose. An exercise
+# has
 #
 # 1. a text cell stating the task, with the shapes of the inputs and of what to return;
 # 2. a code cell with a *stub*: the function is already named and its body is `...`, your turn to fill it in;
@@ -62,11 +91,17 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # A checker runs your code on random inputs — several shapes, with and without leading `(batch, heads)`
 # dimensions, several dtypes — and compares it with the package's reference. When it passes, it prints one
-# line starting with ✔. When it fails, it raises an `AssertionError` whose message names the **symptom** and
+# line starting with ✔. When it fails, it raises an error (a `Mistake`) whose message names the **symptom** and
 # the likely **mistake**: "your columns sum to one, not your rows: softmax over the wrong axis". Read the
 # message; it is written to be the hint a teaching assistant would give you.
 #
-# **The package.** Each component lives exactly once, in `tfm_lesson`. A chapter derives it slowly in front of
+# After the exercises, **Check your understanding** asks a few multiple-choice questions about the ideas that
+# are most often misunderstood; every answer you pick explains itself.
+
+# %% [markdown]
+# ### The package
+#
+# Each component lives exactly once, in `tfm_lesson`. A chapter derives it slowly in front of
 # you, proves the package's version gives the same numbers as yours and as PyTorch's, and from then on simply
 # imports it. So chapter 07 builds an encoder out of the attention you understood in chapter 01, not out of a
 # mystery.
@@ -77,6 +112,7 @@ import math
 import torch
 
 import tfm_lesson
+import tfm_lesson as T
 from tfm_lesson import viz
 from tfm_lesson.checks import check_pairwise_scores, check_row_softmax, check_weighted_sum
 from tfm_lesson.shapes import trace_shapes
@@ -124,6 +160,34 @@ print("same numbers after re-seeding:", torch.equal(a, b))
 # 3. **a weighted sum** of rows, another matrix product.
 #
 # The exercises at the end of this chapter are exactly these three moves.
+
+# %% [markdown]
+# ## Why attention, and not a recurrent network
+#
+# Before 2017 the best translation systems were built from **recurrent** networks (RNNs, LSTMs): they read a
+# sentence one token at a time and carry a single state vector from each token to the next. Section 4 of the
+# paper compares one self-attention layer (every token attends to every token of the same sentence) with one
+# recurrent layer and one convolutional layer on three costs. With `n` tokens of `d` numbers each, its
+# table 1 says:
+#
+# | layer | operations per layer | steps that must run one after another | longest path between two tokens |
+# |---|---|---|---|
+# | self-attention | $O(n^2 \cdot d)$ | $O(1)$ | $O(1)$ |
+# | recurrent | $O(n \cdot d^2)$ | $O(n)$ | $O(n)$ |
+# | convolutional, kernel width $k$ | $O(k \cdot n \cdot d^2)$ | $O(1)$ | $O(\log_k n)$ |
+#
+# In our words, the argument runs like this:
+#
+# - **Steps one after another.** A recurrent layer cannot start on token 5 before it has finished token 4, so
+#   a sentence of `n` tokens costs `n` steps in a row. Attention computes all `n × n` scores with one matrix
+#   product, which a GPU does in parallel. That is what made training faster.
+# - **Path length.** For token 1 to influence token 50, a recurrent network must carry the information through
+#   49 state updates, and it fades on the way. In attention every token looks at every other token directly:
+#   one step. Short paths make long-range relations (a verb and its distant subject) easier to learn.
+# - **Work per layer.** Attention does about $n^2 d$ multiplications, a recurrent layer about $n d^2$. So
+#   attention is cheaper whenever a sentence has fewer tokens than each vector has numbers ($n < d$), which is
+#   the usual case in translation (sentences of tens of tokens, $d = 512$). For very long inputs the $n^2$
+#   grows fast; the paper mentions restricting each token to a neighbourhood as a remedy.
 
 # %% [markdown]
 # ## The math
@@ -311,8 +375,10 @@ print(trace)
 #
 # The three tensor moves of attention, each as a function that must work for any number of leading
 # dimensions. Write your code in the stub cell, run it, then run the checker cell.
-#
-# ### Exercise 1 — pairwise scores
+
+# %% [markdown]
+# ### Exercise 1: pairwise scores
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
 # Write `pairwise_scores(query, key)`: `query` is `(..., q_len, d)`, `key` is `(..., k_len, d)`; return the
 # `(..., q_len, k_len)` tensor whose entry `[..., i, j]` is the dot product of query row `i` with key row `j`.
@@ -329,10 +395,12 @@ def pairwise_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_pairwise_scores(pairwise_scores)
 
 # %% [markdown]
-# ### Exercise 2 — a row softmax, from `exp`
+# ### Exercise 2: a row softmax, from `exp`
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `row_softmax(scores)` for `scores` of shape `(..., q_len, k_len)`: exponentiate and divide each row by
 # its sum, so every query's row is positive and sums to one. It must survive large scores: `exp(1000)` is `inf`
@@ -354,10 +422,12 @@ def row_softmax(scores: torch.Tensor) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_row_softmax(row_softmax)
 
 # %% [markdown]
-# ### Exercise 3 — the weighted sum
+# ### Exercise 3: the weighted sum
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
 # Write `weighted_sum(weights, values)`: `weights` is `(..., q_len, k_len)` (each row sums to one), `values` is
 # `(..., k_len, d_v)`. Return `(..., q_len, d_v)`, where row `i` is $\sum_j$ `weights[..., i, j] * values[..., j, :]`,
@@ -374,6 +444,7 @@ def weighted_sum(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_weighted_sum(weighted_sum)
 
 # %% [markdown]
@@ -385,7 +456,18 @@ mixed = weighted_sum(row_softmax(pairwise_scores(x, x)), x)  # (6, 6) weights @ 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("mixed:", tuple(mixed.shape), " both 'the' still identical:", torch.allclose(mixed[0], mixed[4]))
+if mixed is None:  # the stubs return None until you write them
+    print("your functions still return None: solve exercises 1 to 3 first")
+else:
+    print("mixed:", tuple(mixed.shape), " both 'the' still identical:", torch.allclose(mixed[0], mixed[4]))
+
+# %% [markdown]
+# ## Check your understanding
+#
+# Pick an answer for each question; the feedback says why it is right or wrong.
+
+# %%
+T.quiz.show("00")
 
 # %% [markdown]
 # ## Summary
@@ -397,6 +479,8 @@ print("mixed:", tuple(mixed.shape), " both 'the' still identical:", torch.allclo
 # - Broadcasting aligns shapes from the right; `None` inserts the size-1 axes a mask needs, `(batch, 1, 1, k_len)`.
 # - `view` needs contiguous memory and refuses after a `transpose`; `reshape` copies when needed. Neither can
 #   save you from merging heads without the transpose.
+# - Attention replaced recurrence because it computes every position at once and connects any two tokens in
+#   one step; its cost grows with the square of the sentence length.
 # - `default_device()` and `seed_everything(0)` make the same notebook run on CPU or GPU, reproducibly.
 # - `trace_shapes` shows every submodule's input and output shapes — use it whenever a model surprises you.
 #
