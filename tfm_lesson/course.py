@@ -3,6 +3,7 @@
     python -m tfm_lesson.course execute notebooks/*.ipynb          # refresh stored outputs in place
     python -m tfm_lesson.course student notebooks/03_*.ipynb       # student copies (no solutions) in student/
     python -m tfm_lesson.course restore student/03_*.ipynb         # put the solutions back (from notebooks/)
+    python -m tfm_lesson.course fold notebooks/*.ipynb             # fold solution cells (metadata only)
     python -m tfm_lesson.course book                               # build the Jupyter Book in book/_build/html
     python -m tfm_lesson.course colab-links                        # one "Open in Colab" link per chapter
 """
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -21,12 +25,31 @@ from typing import Any
 REPOSITORY = "tfm-lesson/tfm_lesson"
 BRANCH = "main"
 
+# The package the set-up cell installs; ``TFM_LESSON_SOURCE`` (any pip requirement: a path to a checkout,
+# a wheel, ``tfm-lesson @ git+…@tag``) replaces it, e.g. to try a chapter against a local checkout.
+INSTALL_SOURCE = f"tfm-lesson @ git+https://github.com/{REPOSITORY}@{BRANCH}"
+
 SETUP_CELL = f"""\
+# Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
+import importlib.util, os, subprocess, sys
+if importlib.util.find_spec("tfm_lesson") is None:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
+                           os.environ.get("TFM_LESSON_SOURCE", "{INSTALL_SOURCE}")])"""
+
+# The set-up cell before TFM_LESSON_SOURCE existed; still recognised (book pages, tests) until every chapter
+# carries SETUP_CELL.
+LEGACY_SETUP_CELLS = (f"""\
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
 import importlib.util, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "tfm-lesson @ git+https://github.com/{REPOSITORY}@{BRANCH}"])"""
+                           "{INSTALL_SOURCE}"])""",)
+
+
+def is_setup_cell(source: str) -> bool:
+    """Whether ``source`` is the set-up cell (current or an earlier wording)."""
+    return source.strip() in {c.strip() for c in (SETUP_CELL, *LEGACY_SETUP_CELLS)}
+
 
 SOLUTION_TAG = "solution"
 # What a student copy puts where a solution was.
@@ -34,6 +57,47 @@ STUDENT_STUB = ("# Your turn: complete the exercise in the cell above (keep the 
                 "# then run the check below. Its message tells you what to fix.")
 # Tags a student copy adds to the checker cell after a solution, so "Run all" goes on past a failing check.
 _ADDED_TAGS_KEY = "tfm_lesson_student_added_tags"
+# The tag of a cell in which `restore` keeps what a learner wrote in a solution stub.
+KEPT_TAG = "learner-answer"
+KEPT_HEADER = ("# Your code from the \"your turn\" cell, kept by `restore`. The reference solution is in the next cell\n"
+               "# (folded: click its left bar to open it).\n")
+
+
+class CourseError(Exception):
+    """A course command refused to run: nothing was written. The message says why and what to do."""
+
+
+def write_notebook(nb: Any, path: str | Path) -> None:
+    """Write notebook ``nb`` to ``path`` atomically: a temporary file beside it, then a rename.
+
+    A write that fails midway (full disk, Ctrl-C) leaves the old file as it was. A symlink is written through.
+    """
+    import nbformat
+
+    target = Path(path).resolve()
+    text = nbformat.writes(nbformat.from_dict(nb))
+    if not text.endswith("\n"):
+        text += "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def colab_url(notebook: str | Path) -> str:
@@ -62,7 +126,8 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         strip_widget_views(nb)  # stored chapters show the explorers' static pictures; running a cell brings them back
-        nbformat.write(nb, path)
+        fold_solutions(nb)
+        write_notebook(nb, path)
         print(f"{path}: {time.perf_counter() - start:.1f} s", flush=True)
 
 
@@ -80,6 +145,46 @@ def _clear_outputs(cell: Any) -> None:
     cell["execution_count"] = None
 
 
+def _is_stub(cell: Any) -> bool:
+    return _is_solution(cell) and cell.get("source", "").strip() == STUDENT_STUB.strip()
+
+
+# folding -------------------------------------------------------------------------------------------------------------
+def fold_solutions(nb: Any) -> int:
+    """Fold every ``solution`` cell: set ``metadata.jupyter.source_hidden`` (nbformat's standard key, which
+    JupyterLab 4 and Notebook 7 honour: the cell shows as a collapsed bar until clicked). Outputs stay visible.
+
+    Changes metadata only; idempotent. Returns how many cells it folded.
+    """
+    changed = 0
+    for cell in nb["cells"]:
+        if _is_solution(cell) and not _is_stub(cell):
+            jupyter = cell.setdefault("metadata", {}).setdefault("jupyter", {})
+            if jupyter.get("source_hidden") is not True:
+                jupyter["source_hidden"] = True
+                changed += 1
+    return changed
+
+
+def is_folded(cell: Any) -> bool:
+    return cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True
+
+
+def fold_files(paths: list[Path]) -> int:
+    """Fold the solution cells of each notebook in place (only those that changed are written)."""
+    import nbformat
+
+    total = 0
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        changed = fold_solutions(nb)
+        if changed:
+            write_notebook(nb, path)
+        total += changed
+        print(f"{path}: {changed} solution cell(s) folded", flush=True)
+    return total
+
+
 def student_copy(nb: Any) -> Any:
     """A copy of notebook ``nb`` with every ``solution`` cell replaced by a short "your turn" stub.
 
@@ -94,6 +199,11 @@ def student_copy(nb: Any) -> Any:
             continue
         cell["source"] = STUDENT_STUB
         _clear_outputs(cell)
+        jupyter = cell.get("metadata", {}).get("jupyter")
+        if jupyter is not None:  # the stub is for the learner to read: never folded
+            jupyter.pop("source_hidden", None)
+            if not jupyter:
+                del cell["metadata"]["jupyter"]
         if i + 1 < len(cells) and cells[i + 1].get("cell_type") == "code" and not _is_solution(cells[i + 1]):
             check = cells[i + 1]
             _clear_outputs(check)
@@ -104,52 +214,167 @@ def student_copy(nb: Any) -> Any:
     return out
 
 
+def _describe(cell: Any | None) -> str:
+    if cell is None:
+        return "nothing (the notebook ends)"
+    first = next((ln.strip() for ln in cell.get("source", "").splitlines() if ln.strip()), "")
+    kind = "a solution cell" if _is_solution(cell) else f"a {cell.get('cell_type')} cell"
+    return f"{kind} starting {first[:60]!r}" if first else f"an empty {cell.get('cell_type')} cell"
+
+
+def _mismatch(i: int, theirs: Any | None, ours: Any | None, why: str) -> CourseError:
+    return CourseError(
+        f"cell {i + 1} differs from the chapter ({why}): the student copy has {_describe(theirs)}, the chapter "
+        f"has {_describe(ours)}. Nothing was written. Put the notebook's cells back in the chapter's order "
+        "(your own extra cells can go into the exercise cells), or copy the solutions across by hand.")
+
+
 def restore(student: Any, original: Any) -> Any:
-    """Put the solutions of ``original`` back into a student copy: the result equals ``original``."""
+    """Put the solutions of ``original`` back into a student copy; with nothing changed the result equals ``original``.
+
+    The learner's work stays: exercise cells are kept as written, and code typed into a "your turn" stub is
+    kept in its own cell (tagged ``learner-answer``, headed by a comment) just before the restored solution.
+    The two notebooks must have the same structure (markdown cells, solution cells, the checks after them);
+    on any difference :class:`CourseError` names the first cell that differs and nothing is returned.
+    """
+    if not any(_is_solution(c) and not _is_stub(c) for c in original["cells"]):
+        raise CourseError("the chapter to restore from has no solutions (is it a student copy?)")
     out = copy.deepcopy(student)
-    if len(out["cells"]) != len(original["cells"]):
-        raise ValueError(f"the student copy has {len(out['cells'])} cells but the original has "
-                         f"{len(original['cells'])}: they are not copies of the same chapter")
-    for i, (cell, orig) in enumerate(zip(out["cells"], original["cells"])):
+    theirs = [c for c in out["cells"] if KEPT_TAG not in _tags(c)]
+    kept_before = {id(c): [k for k in out["cells"][:j] if KEPT_TAG in _tags(k)] for j, c in enumerate(out["cells"])}
+    ours = original["cells"]
+    cells: list[Any] = []
+    for i in range(max(len(theirs), len(ours))):
+        cell = theirs[i] if i < len(theirs) else None
+        orig = ours[i] if i < len(ours) else None
+        if cell is None or orig is None:
+            raise _mismatch(i, cell, orig, "one notebook has more cells")
+        if cell.get("cell_type") != orig.get("cell_type"):
+            raise _mismatch(i, cell, orig, "different kinds of cell")
+        if orig.get("cell_type") != "code" and cell.get("source", "").strip() != orig.get("source", "").strip():
+            raise _mismatch(i, cell, orig, "different text")
+        if _is_solution(cell) != _is_solution(orig):
+            raise _mismatch(i, cell, orig, "a solution cell in one notebook only")
         meta = cell.get("metadata", {})
         added = meta.pop(_ADDED_TAGS_KEY, None)
+        is_check = i > 0 and _is_solution(ours[i - 1]) and orig.get("cell_type") == "code" and not _is_solution(orig)
+        if added and not is_check:
+            raise _mismatch(i, cell, orig, "a check that follows no solution in the chapter")
+        if is_check and not added and cell.get("source", "").strip() != orig.get("source", "").strip():
+            raise _mismatch(i, cell, orig, "the chapter has the exercise's check here")
         if added:
             meta["tags"] = [t for t in meta.get("tags", []) if t not in added]
             if not meta["tags"]:
                 del meta["tags"]
-        if _is_solution(cell) or added:
-            if _is_solution(cell) != _is_solution(orig):
-                raise ValueError(f"cell {i}: a solution cell in one notebook is not one in the other")
-            for key in ("source", "outputs", "execution_count"):
+        # cells `restore` kept earlier go back where they were
+        cells.extend(k for k in kept_before.get(id(cell), []) if not any(k is c for c in cells))
+        if _is_solution(cell):
+            source = cell.get("source", "")
+            if source.strip() not in (STUDENT_STUB.strip(), orig.get("source", "").strip(), ""):
+                kept = {"cell_type": "code", "execution_count": None, "outputs": [],
+                        "metadata": {"tags": [KEPT_TAG]}, "source": KEPT_HEADER + source}
+                if "id" in cell:  # nbformat 4.5 ids: unique, stable for the same text
+                    kept["id"] = "mine-" + hashlib.sha1(source.encode()).hexdigest()[:12]
+                cells.append(kept)
+            for key in ("source", "outputs", "execution_count", "metadata"):
                 if key in orig:
                     cell[key] = copy.deepcopy(orig[key])
+        elif added and cell.get("source", "").strip() == orig.get("source", "").strip():
+            for key in ("outputs", "execution_count"):  # the check as the chapter stores it
+                if key in orig:
+                    cell[key] = copy.deepcopy(orig[key])
+        cells.append(cell)
+    cells.extend(k for k in out["cells"] if KEPT_TAG in _tags(k) and not any(k is c for c in cells))
+    out["cells"] = cells
     return out
 
 
-def write_student_copies(paths: list[Path], out_dir: Path) -> list[Path]:
-    """Write a student copy of each chapter into ``out_dir`` (same file names); return their paths."""
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same file: same path, a symlink, a hard link, another case on a
+    case-insensitive disk. A path that does not exist yet is compared by its resolved, case-folded name."""
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.normcase(str(a.resolve())).casefold() == os.path.normcase(str(b.resolve())).casefold()
+
+
+def _is_chapter(path: Path) -> bool:
+    """Whether ``path`` holds a chapter's solutions (solution cells, and no mark of a student copy)."""
     import nbformat
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path in paths:
+    try:
         nb = nbformat.read(path, as_version=4)
-        target = out_dir / Path(path).name
-        nbformat.write(nbformat.from_dict(student_copy(nb)), target)
+    except Exception:  # not a notebook we can read: not a chapter
+        return False
+    student_marks = any(_is_stub(c) or _ADDED_TAGS_KEY in c.get("metadata", {}) for c in nb.cells)
+    return not student_marks and any(_is_solution(c) for c in nb.cells)
+
+
+def write_student_copies(paths: list[Path], out_dir: Path, force: bool = False) -> list[Path]:
+    """Write a student copy of each chapter into ``out_dir`` (same file names); return their paths.
+
+    Refuses (:class:`CourseError`, nothing written) when a copy would land on a chapter (the same folder or
+    file, through a symlink, or by a name differing only in case), on any notebook that holds solutions, or,
+    unless ``force``, on an earlier student copy that has changed since it was written (a learner's work).
+    """
+    import nbformat
+
+    plans = []
+    sources = [Path(p) for p in paths]
+    for path in sources:
+        target = Path(out_dir) / path.name
+        if _same_file(Path(out_dir), path.parent):
+            raise CourseError(f"--out {out_dir} is the folder of {path}: the student copy would overwrite the "
+                              "chapter. Choose another folder (the default is student/).")
+        clash = next((s for s in sources if _same_file(target, s)), None)
+        if clash is not None:
+            raise CourseError(f"{target} is the chapter {clash} itself (the same file): refusing to overwrite it.")
+        nb = nbformat.read(path, as_version=4)
+        fresh = student_copy(nb)
+        if target.exists():
+            if _is_chapter(target):
+                raise CourseError(f"{target} holds solutions (it is a chapter, not a student copy): "
+                                  "refusing to overwrite it. Choose another --out folder.")
+            if not force and nbformat.read(target, as_version=4) != nbformat.from_dict(fresh):
+                raise CourseError(f"{target} already exists and has changed since it was written (a learner's "
+                                  "answers or outputs): refusing to overwrite it. Move it away, or pass --force.")
+        plans.append((target, fresh, sum(map(_is_solution, nb.cells))))
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    written = []
+    for target, fresh, count in plans:
+        write_notebook(fresh, target)
         written.append(target)
-        print(f"{target}: {sum(map(_is_solution, nb.cells))} solution cells replaced", flush=True)
+        print(f"{target}: {count} solution cells replaced", flush=True)
     return written
 
 
 def restore_files(paths: list[Path], originals: Path) -> None:
-    """Put the solutions back into student copies, in place, from the chapters in ``originals``."""
+    """Put the solutions back into student copies, in place, from the chapters in ``originals``.
+
+    Every file is checked first; on any problem nothing is written (:class:`CourseError` says which file and cell).
+    """
     import nbformat
 
-    for path in paths:
-        original = nbformat.read(originals / Path(path).name, as_version=4)
-        nb = restore(nbformat.read(path, as_version=4), original)
-        nbformat.write(nbformat.from_dict(nb), path)
-        print(f"{path}: solutions restored from {originals / Path(path).name}", flush=True)
+    plans = []
+    for path in map(Path, paths):
+        source = Path(originals) / path.name
+        if _same_file(path, source):
+            raise CourseError(f"{path} would be restored from itself ({source}): restore reads the chapters from "
+                              "another folder (--from, default notebooks/) and writes into the student copy.")
+        if not source.exists():
+            raise CourseError(f"{path}: no chapter {source} to take the solutions from (see --from)")
+        try:
+            nb = restore(nbformat.read(path, as_version=4), nbformat.read(source, as_version=4))
+        except CourseError as exc:
+            raise CourseError(f"{path}: {exc}") from None
+        kept = sum(KEPT_TAG in _tags(c) for c in nb["cells"])
+        plans.append((path, nb, source, kept))
+    for path, nb, source, kept in plans:
+        write_notebook(nb, path)
+        note = f"; your code from {kept} stub cell(s) kept beside the solutions (tagged {KEPT_TAG})" if kept else ""
+        print(f"{path}: solutions restored from {source}{note}", flush=True)
 
 
 # the book ------------------------------------------------------------------------------------------------------------
@@ -161,7 +386,7 @@ def book_page(nb: Any) -> Any:
         if cell.get("cell_type") != "code":
             continue
         added = (["hide-input"] if _is_solution(cell) else []) + (
-            ["remove-cell"] if cell["source"].strip() == SETUP_CELL.strip() else [])
+            ["remove-cell"] if is_setup_cell(cell["source"]) else [])
         if added:
             meta = cell.setdefault("metadata", {})
             meta["tags"] = [*meta.get("tags", []), *added]
@@ -214,21 +439,32 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("student", help="write student copies (solutions replaced by stubs)")
     st.add_argument("notebooks", nargs="*", type=Path, help="chapters (default: every chapter in notebooks/)")
     st.add_argument("--out", type=Path, default=Path("student"))
+    st.add_argument("--force", action="store_true", help="overwrite earlier student copies even if changed")
     rs = sub.add_parser("restore", help="put the solutions back into student copies, in place")
     rs.add_argument("notebooks", nargs="+", type=Path)
     rs.add_argument("--from", dest="originals", type=Path, default=Path("notebooks"))
+    fd = sub.add_parser("fold", help="fold the solution cells of notebooks, in place (metadata only)")
+    fd.add_argument("notebooks", nargs="+", type=Path)
     bk = sub.add_parser("book", help="build the Jupyter Book into book/_build/html")
     bk.add_argument("--book", type=Path, default=Path("book"))
     links = sub.add_parser("colab-links", help="print an Open-in-Colab link per chapter")
     links.add_argument("--dir", type=Path, default=Path("notebooks"))
     args = parser.parse_args(argv)
-    if args.command == "execute":
-        execute(args.notebooks, args.timeout)
-    elif args.command == "student":
-        write_student_copies(args.notebooks or chapters(), args.out)
-    elif args.command == "restore":
-        restore_files(args.notebooks, args.originals)
-    elif args.command == "book":
+    try:
+        if args.command == "execute":
+            execute(args.notebooks, args.timeout)
+        elif args.command == "student":
+            write_student_copies(args.notebooks or chapters(), args.out, force=args.force)
+        elif args.command == "restore":
+            restore_files(args.notebooks, args.originals)
+        elif args.command == "fold":
+            fold_files(args.notebooks)
+    except CourseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.command in ("execute", "student", "restore", "fold"):
+        return 0
+    if args.command == "book":
         return build_book(args.book)
     else:
         for nb in chapters(args.dir):
