@@ -15,6 +15,9 @@ Where PyTorch and the paper differ, tfm_lesson makes it an option, not a special
   and ``to_torch(Transformer)`` converts the stacks only.
 
 tfm_lesson modules are always batch-first; the weights do not depend on ``batch_first``.
+
+:func:`from_hf` does the same for Hugging Face ``transformers``: a GPT-2 or Llama model becomes the course's
+:class:`~tfm_lesson.gpt.GPT` with the matching options (chapter 16).
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from .decoder import Decoder, DecoderLayer
 from .encoder import Encoder, EncoderLayer
 from .model import EncoderDecoder, Transformer
 
-__all__ = ["from_torch", "to_torch", "torch_mask"]
+__all__ = ["from_torch", "to_torch", "torch_mask", "from_hf", "hf_config"]
 
 Pairs = Iterator[tuple[Tensor, Tensor]]
 
@@ -197,3 +200,139 @@ def to_torch(module: nn.Module) -> nn.Module:
     theirs.to(device=ref.device, dtype=ref.dtype)
     _copy(_pairs(module, theirs), into_ours=False)
     return theirs.train(module.training)
+
+
+# from Hugging Face transformers (chapter 16) -----------------------------------------------------------------------
+_HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+
+
+def _hf_gpt2_config(c) -> dict:
+    """GPT-2: pre-norm LayerNorm, learned positions, GELU (tanh approximation), biases, tied embeddings."""
+    if c.activation_function not in _HF_ACTIVATIONS:
+        raise ValueError(f"GPT-2 activation_function={c.activation_function!r} is not supported "
+                         f"(supported: {sorted(_HF_ACTIVATIONS)})")
+    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"):
+        if getattr(c, flag, False):
+            raise ValueError(f"GPT-2 with {flag}=True is not supported by from_hf")
+    if not getattr(c, "scale_attn_weights", True):
+        raise ValueError("GPT-2 with scale_attn_weights=False (no 1/sqrt(d_k)) is not supported by from_hf")
+    return dict(vocab_size=c.vocab_size, context=c.n_positions, d_model=c.n_embd, heads=c.n_head,
+                d_ff=c.n_inner or 4 * c.n_embd, num_layers=c.n_layer, dropout=float(c.resid_pdrop),
+                norm_first=True, final_norm=True, positional="learned",
+                activation=_HF_ACTIVATIONS[c.activation_function], norm="layer", bias=True,
+                tie_embeddings=bool(c.tie_word_embeddings), eps=float(c.layer_norm_epsilon))
+
+
+def _hf_rope_theta(c) -> float:
+    params = getattr(c, "rope_parameters", None) or {}  # transformers >= 5
+    scaling = getattr(c, "rope_scaling", None) or {}  # transformers 4
+    kind = params.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+    if kind != "default":
+        raise ValueError(f"Llama with rope_type={kind!r} (scaled rotary positions) is not supported by from_hf; "
+                         "only the default RoPE is")
+    return float(params.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
+
+
+def _hf_llama_config(c) -> dict:
+    """Llama: pre-norm RMSNorm, RoPE with ``rope_theta``, SwiGLU, grouped-query attention, no biases."""
+    if c.hidden_act != "silu":
+        raise ValueError(f"Llama with hidden_act={c.hidden_act!r} is not supported (SwiGLU uses silu)")
+    d_k = c.hidden_size // c.num_attention_heads
+    if (getattr(c, "head_dim", None) or d_k) != d_k:
+        raise ValueError(f"Llama with head_dim={c.head_dim} != hidden_size / num_attention_heads = {d_k} "
+                         "is not supported by from_hf")
+    bias = bool(getattr(c, "attention_bias", False))
+    if bool(getattr(c, "mlp_bias", False)) != bias:
+        raise ValueError("Llama with attention_bias != mlp_bias is not supported: tfm_lesson has one `bias` flag")
+    return dict(vocab_size=c.vocab_size, context=c.max_position_embeddings, d_model=c.hidden_size,
+                heads=c.num_attention_heads, d_ff=c.intermediate_size, num_layers=c.num_hidden_layers,
+                dropout=float(c.attention_dropout), norm_first=True, final_norm=True, positional="rope",
+                activation="swiglu", norm="rms", kv_heads=c.num_key_value_heads or c.num_attention_heads,
+                rope_theta=_hf_rope_theta(c), bias=bias, tie_embeddings=bool(c.tie_word_embeddings),
+                eps=float(c.rms_norm_eps))
+
+
+def _linear_pairs(mine: nn.Linear, weight: Tensor, bias: Tensor | None) -> Pairs:
+    yield mine.weight, weight
+    yield from _opt(mine.bias, bias)
+
+
+def _gpt2_pairs(ours: nn.Module, theirs: nn.Module) -> Pairs:
+    """GPT-2's ``Conv1D`` stores ``(in, out)`` weights (``x @ W + b``): transposed into ``nn.Linear``'s ``(out, in)``;
+    its fused ``c_attn`` holds W^Q, W^K, W^V side by side."""
+    t, d = theirs.transformer, ours.config.d_model
+    yield ours.tok_embed.weight, t.wte.weight
+    yield ours.positional.embedding.weight, t.wpe.weight
+    for mine, block in zip(ours.blocks, t.h):
+        attn, mlp = block.attn, block.mlp
+        for i, lin in enumerate((mine.self_attn.w_q, mine.self_attn.w_k, mine.self_attn.w_v)):
+            yield from _linear_pairs(lin, attn.c_attn.weight[:, i * d:(i + 1) * d].T, attn.c_attn.bias[i * d:(i + 1) * d])
+        yield from _linear_pairs(mine.self_attn.w_o, attn.c_proj.weight.T, attn.c_proj.bias)
+        yield from _linear_pairs(mine.feed_forward.w_1, mlp.c_fc.weight.T, mlp.c_fc.bias)
+        yield from _linear_pairs(mine.feed_forward.w_2, mlp.c_proj.weight.T, mlp.c_proj.bias)
+        yield from _norm_pairs(mine.norm1, block.ln_1)
+        yield from _norm_pairs(mine.norm2, block.ln_2)
+    yield from _norm_pairs(ours.norm, t.ln_f)
+    if not ours.config.tie_embeddings:
+        yield ours.lm_head.weight, theirs.lm_head.weight
+
+
+def _llama_pairs(ours: nn.Module, theirs: nn.Module) -> Pairs:
+    m = theirs.model
+    yield ours.tok_embed.weight, m.embed_tokens.weight
+    for mine, layer in zip(ours.blocks, m.layers):
+        a, mlp = layer.self_attn, layer.mlp
+        for lin, hf in ((mine.self_attn.w_q, a.q_proj), (mine.self_attn.w_k, a.k_proj), (mine.self_attn.w_v, a.v_proj),
+                        (mine.self_attn.w_o, a.o_proj), (mine.feed_forward.w_gate, mlp.gate_proj),
+                        (mine.feed_forward.w_up, mlp.up_proj), (mine.feed_forward.w_down, mlp.down_proj)):
+            yield from _linear_pairs(lin, hf.weight, hf.bias)
+        yield mine.norm1.weight, layer.input_layernorm.weight
+        yield mine.norm2.weight, layer.post_attention_layernorm.weight
+    yield ours.norm.weight, m.norm.weight
+    if not ours.config.tie_embeddings:
+        yield ours.lm_head.weight, theirs.lm_head.weight
+
+
+def hf_config(model_or_config) -> "GPTConfig":  # noqa: F821 (tfm_lesson.gpt is imported lazily)
+    """The :class:`~tfm_lesson.gpt.GPTConfig` that reads a ``transformers`` GPT-2 or Llama config (or model) as the
+    course's options. Raises ``ValueError`` for a setting the course's GPT does not have."""
+    from .gpt import GPTConfig
+
+    c = getattr(model_or_config, "config", model_or_config)
+    kind = getattr(c, "model_type", None)
+    if kind == "gpt2":
+        return GPTConfig(**_hf_gpt2_config(c))
+    if kind == "llama":
+        return GPTConfig(**_hf_llama_config(c))
+    raise TypeError(f"from_hf: cannot read a {type(model_or_config).__name__} (model_type={kind!r}); "
+                    "expected a transformers GPT-2 (GPT2LMHeadModel) or Llama (LlamaForCausalLM) model or config")
+
+
+def from_hf(model: nn.Module) -> nn.Module:
+    """The course's :class:`~tfm_lesson.gpt.GPT` equal to a ``transformers`` ``GPT2LMHeadModel`` or ``LlamaForCausalLM``.
+
+    Reads the Hugging Face config as :class:`~tfm_lesson.gpt.GPTConfig` options (:func:`hf_config`), builds the
+    course's model and copies every weight (same device and dtype; same training/eval mode). Both libraries then
+    compute the same logits (to 1e-4 in float32; ``tests/test_from_hf.py``). ``transformers`` is only needed
+    to make ``model``: this function imports nothing from it.
+
+    - GPT-2: ``wte``/``wpe`` -> ``tok_embed``/``positional``; ``ln_1``, ``ln_2``, ``ln_f`` -> ``norm1``, ``norm2``,
+      ``norm``; ``c_attn`` (W^Q, W^K, W^V fused, ``Conv1D`` so transposed) -> ``w_q``, ``w_k``, ``w_v``;
+      ``c_proj`` -> ``w_o``; ``mlp.c_fc``/``mlp.c_proj`` -> ``w_1``/``w_2``.
+    - Llama: ``q/k/v/o_proj`` -> ``w_q/w_k/w_v/w_o``; ``gate/up/down_proj`` -> ``w_gate/w_up/w_down``;
+      ``input_layernorm``/``post_attention_layernorm``/``norm`` -> ``norm1``/``norm2``/``norm``.
+    """
+    from .gpt import GPT
+
+    if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+        raise TypeError(f"from_hf expects a transformers model (GPT2LMHeadModel or LlamaForCausalLM), "
+                        f"got {type(model).__name__}")
+    kind = getattr(model.config, "model_type", None)
+    if kind in ("gpt2", "llama") and not hasattr(model, "lm_head"):
+        raise TypeError(f"from_hf needs the model with its language-model head ({'GPT2LMHeadModel' if kind == 'gpt2' else 'LlamaForCausalLM'}), "
+                        f"got {type(model).__name__}")
+    ours = GPT(hf_config(model))
+    ref = next(model.parameters())
+    ours.to(device=ref.device, dtype=ref.dtype)
+    _copy(_gpt2_pairs(ours, model) if kind == "gpt2" else _llama_pairs(ours, model), into_ours=True)
+    return ours.train(model.training)
