@@ -251,3 +251,28 @@ def test_read_tsv(tmp_path):
     data = from_pairs(pairs, valid=1, test=1)
     assert len(data.train) + len(data.valid) + len(data.test) == 4  # "Hi." deduped
     assert_disjoint(data)
+
+
+def test_numbers_cover_every_magnitude():
+    from tfm_lesson.data.numbers import draw_numbers, magnitudes
+
+    assert magnitudes(0, 999_999) == [(0, 9), (10, 99), (100, 999), (1000, 9999), (10_000, 99_999),
+                                      (100_000, 999_999)]
+    assert magnitudes(5, 120) == [(5, 9), (10, 99), (100, 120)]
+    values = draw_numbers(52_000, seed=0)
+    assert len(set(values)) == 52_000 and all(0 <= v <= 999_999 for v in values)
+    digits = [len(str(v)) for v in values]
+    share = {d: digits.count(d) for d in range(1, 7)}
+    # 1-4 digits hold 10,000 numbers, fewer than their share: taken whole; 5 and 6 digits split the rest
+    assert (share[1], share[2], share[3], share[4]) == (10, 90, 900, 9000)
+    for d in (5, 6):
+        assert abs(share[d] - 42_000 / 2) < 500, share
+    # a small draw: every magnitude about equally likely, small ones not yet exhausted
+    small = [len(str(v)) for v in draw_numbers(600, seed=3)]
+    for d in range(2, 7):
+        assert 60 <= small.count(d) <= 160, [small.count(k) for k in range(1, 7)]
+    # the whole range can be drawn, and the draw is deterministic
+    assert sorted(draw_numbers(100, seed=1, low=0, high=99)) == list(range(100))
+    assert draw_numbers(500, seed=2) == draw_numbers(500, seed=2)
+    data = load_task("numbers", seed=0, n_train=3000, n_valid=100, n_test=100)
+    assert sum(len(s.split()) == 1 for s, _ in data.train) > 80  # nearly all of 0..99 (one word each) are in
