@@ -16,7 +16,7 @@ from .. import masks as M
 from ..decoder import Decoder, DecoderLayer
 from ..encoder import Encoder, EncoderLayer
 from ..interop import from_torch
-from ._harness import Mistake, close, diagnose, expect, output_of, passed
+from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
 
 __all__ = ["check_encoder_layer", "check_decoder_layer", "check_encoder", "check_decoder", "check_target_mask",
            "check_load_encoder_layer"]
@@ -30,23 +30,22 @@ RESIDUAL = ("gradients do not flow through the residual path: the output is righ
 
 
 # running the learner's code ---------------------------------------------------------------------------------------
+def _explain(exc: Exception) -> str | None:
+    """Hints for the exceptions of classic layer and stack mistakes (the harness adds the generic ones)."""
+    text = str(exc)
+    if "ambiguous" in text and "Boolean value of Tensor" in text:
+        return AMBIGUOUS
+    if "deepcopy protocol" in text:
+        return f"It failed while deep-copying a tensor. {RESIDUAL}"
+    if isinstance(exc, TypeError) and "positional argument" in text:
+        return ("Keep tfm_lesson's signatures, e.g. `forward(self, x, mask=None)` for an encoder layer and "
+                "`forward(self, x, memory, tgt_mask=None, memory_mask=None)` for a decoder layer")
+    return None
+
+
 def _run(fn: Callable, *args: Any, what: str) -> Any:
-    """Call learner code; translate the exceptions of classic mistakes into their hint."""
-    try:
-        return fn(*args)
-    except Mistake:
-        raise
-    except Exception as exc:
-        text = str(exc)
-        if "ambiguous" in text and "Boolean value of Tensor" in text:
-            raise Mistake(f"{what} raised RuntimeError: {text.splitlines()[0]}. {AMBIGUOUS}") from exc
-        if "deepcopy protocol" in text:
-            raise Mistake(f"{what} raised RuntimeError while deep-copying a tensor. {RESIDUAL}") from exc
-        if isinstance(exc, TypeError) and "positional argument" in text:
-            raise Mistake(f"{what} raised TypeError: {text}. Keep tfm_lesson's signatures, e.g. "
-                          "`forward(self, x, mask=None)` for an encoder layer and "
-                          "`forward(self, x, memory, tgt_mask=None, memory_mask=None)` for a decoder layer") from exc
-        raise Mistake(f"{what} raised {type(exc).__name__}: {text}") from exc
+    """Call learner code under the time limit; translate the exceptions of classic mistakes into their hint."""
+    return call(fn, *args, what=what, explain=_explain)
 
 
 def _build(cls: type, what: str, *args: Any, **kwargs: Any) -> nn.Module:

@@ -1,0 +1,208 @@
+"""The checkers' shared harness: a Mistake shows its message and the learner's frames only, the learner's code runs
+under a time limit, and device slips become hints."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+import torch
+
+from tfm_lesson.checks import Mistake, check_encoder_layer
+from tfm_lesson.checks._harness import (call, check_device_placement, explain_exception, run_on_device, time_limit)
+
+import tfm_lesson as T
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def endless() -> None:
+    while True:
+        pass
+
+
+# the time limit ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mechanism", ["alarm", "thread"])
+def test_an_endless_loop_is_stopped_with_a_hint(mechanism: str) -> None:
+    start = time.perf_counter()
+    with pytest.raises(Mistake, match=r"your f did not return within 0.5 s: an endless loop\?"):
+        with time_limit(0.5, what="your f", mechanism=mechanism):
+            endless()
+    assert time.perf_counter() - start < 5
+
+
+def test_call_stops_an_endless_function_and_except_exception_cannot_swallow_it() -> None:
+    def stubborn() -> None:
+        while True:
+            try:
+                endless()
+            except Exception:  # a learner's catch-all must not hide the limit
+                pass
+
+    with pytest.raises(Mistake, match="did not return within 0.5 s"):
+        call(stubborn, what="your function", limit=0.5)
+
+
+def test_the_alarm_interrupts_a_sleep_too() -> None:
+    with pytest.raises(Mistake, match="within 0.3 s"):
+        call(time.sleep, 30, what="your function", limit=0.3)
+
+
+@pytest.mark.parametrize("mechanism", ["alarm", "thread"])
+def test_code_that_returns_in_time_is_untouched(mechanism: str) -> None:
+    with time_limit(0.3, mechanism=mechanism):
+        value = sum(range(1000))
+    time.sleep(0.5)  # no stray exception arrives after the block
+    assert value == 499500
+    assert call(lambda a, b=1: a + b, 2, b=3, limit=0.3) == 5
+
+
+def test_the_limit_works_outside_the_main_thread() -> None:
+    caught: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            call(endless, what="your loop", limit=0.4)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            caught.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert len(caught) == 1 and isinstance(caught[0], Mistake) and "within 0.4 s" in str(caught[0])
+
+
+def test_nested_limits_keep_the_outer_one() -> None:
+    with pytest.raises(Mistake, match="within 0.4 s"):
+        with time_limit(0.4, what="outer"):
+            call(endless, what="inner", limit=100)
+
+
+def test_a_limit_of_zero_turns_it_off() -> None:
+    with time_limit(0):
+        time.sleep(0.05)
+
+
+# how a Mistake shows itself -----------------------------------------------------------------------------------------
+class TupleAsTensor(T.EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, mask))  # forgot [0]
+        return self.norm2(x + self.feed_forward(x))
+
+
+def test_plain_python_gets_an_assertion_error_with_the_message() -> None:
+    with pytest.raises(AssertionError) as info:
+        check_encoder_layer(TupleAsTensor)
+    assert isinstance(info.value, Mistake)
+    assert str(info.value).startswith("your EncoderLayer raised TypeError")
+    assert "`[0]`" in str(info.value)
+
+
+def test_the_rendered_traceback_shows_the_message_first_and_only_the_learners_frames() -> None:
+    with pytest.raises(Mistake) as info:
+        check_encoder_layer(TupleAsTensor)
+    lines = [ANSI.sub("", line) for line in info.value._render_traceback_()]
+    assert lines[0].startswith("Mistake: your EncoderLayer raised TypeError")
+    text = "\n".join(lines)
+    assert "x = self.norm1(x + self.self_attn(x, x, x, mask))" in text  # the learner's own line
+    assert "in forward" in text and "in test_the_rendered_traceback" in text
+    for inside in ("checks/_harness.py", "checks/layers.py", "torch/nn/modules", "diagnose(", "_run("):
+        assert inside not in text, inside
+
+
+def test_an_endless_loop_is_shown_where_it_loops() -> None:
+    with pytest.raises(Mistake) as info:
+        call(endless, what="your f", limit=0.3)
+    text = ANSI.sub("", "\n".join(info.value._render_traceback_()))
+    assert "in endless" in text and "while True:" in text and "checks/_harness.py" not in text
+
+
+@pytest.mark.slow
+def test_jupyter_shows_the_message_and_the_learners_cells() -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in (
+        "import tfm_lesson as T\nfrom tfm_lesson.checks import check_encoder_layer",
+        "class L(T.EncoderLayer):\n    def forward(self, x, mask=None):\n"
+        "        x = self.norm1(x + self.self_attn(x, x, x, mask))\n        return self.norm2(x + self.feed_forward(x))",
+        "check_encoder_layer(L)",
+    )]
+    nbclient.NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
+    (error,) = [o for o in nb.cells[2].outputs if o.output_type == "error"]
+    lines = [ANSI.sub("", line) for line in error.traceback]
+    assert lines[0].startswith("Mistake: your EncoderLayer raised TypeError"), lines
+    text = "\n".join(lines)
+    assert "Cell In[2], line 3, in forward" in text and "check_encoder_layer(L)" in text, text
+    assert "_harness" not in text and "layers.py" not in text and len(lines) <= 10, text
+
+
+# exceptions that become hints ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("error, hint", [
+    (RuntimeError("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"),
+     "build your mask on `tokens.device`"),
+    (RuntimeError("Expected all tensors to be on the same device, but got mask is on cpu, different from other "
+                  "tensors on cuda:0 (when checking argument in method wrapper_CUDA__masked_fill)"), "tokens.device"),
+    (RuntimeError("\"bitwise_and_cpu\" not implemented for 'Float'"), "build the triangle as a boolean tensor"),
+    (TypeError("unsupported operand type(s) for +: 'Tensor' and 'tuple'"), "`[0]`"),
+    (AttributeError("'tuple' object has no attribute 'shape'"), "(output, weights)"),
+])
+def test_common_exceptions_get_a_hint(error: Exception, hint: str) -> None:
+    assert hint in (explain_exception(error) or "")
+
+
+def test_float_triangle_and_the_real_pytorch_error() -> None:
+    def float_triangle(tgt: torch.Tensor) -> torch.Tensor:
+        return (tgt != 0)[:, None, :] & torch.ones(tgt.size(1), tgt.size(1)).tril()
+
+    with pytest.raises(Mistake, match="build the triangle as a boolean tensor"):
+        call(float_triangle, torch.tensor([[1, 2, 0]]), what="your mask function")
+
+
+def test_other_exceptions_keep_their_text() -> None:
+    with pytest.raises(Mistake, match="your function raised ValueError: nope"):
+        call(lambda: (_ for _ in ()).throw(ValueError("nope")), what="your function")
+    assert explain_exception(ValueError("nope")) is None
+
+
+# the chapter's device -----------------------------------------------------------------------------------------------
+def test_run_on_device_returns_cpu_tensors_and_copies_modules() -> None:
+    layer = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    got = run_on_device(lambda m, t: (m(t), t.sum()), layer, x, what="your layer")
+    assert all(t.device.type == "cpu" for t in got)
+    assert torch.allclose(got[0], layer(x))
+
+
+def test_run_on_device_turns_a_device_mismatch_into_a_hint() -> None:
+    # the meta device stands in for a GPU: a tensor built without device= lands on the CPU and the two clash
+    def mask(tokens: torch.Tensor) -> torch.Tensor:
+        return (tokens != 0)[:, None, :] & torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()
+
+    with pytest.raises(Mistake, match="build your mask on `tokens.device`"):
+        run_on_device(mask, torch.tensor([[1, 2, 0]]), what="your mask function", device="meta")
+
+
+def causal_without_device(tokens: torch.Tensor) -> torch.Tensor:
+    return torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()
+
+
+def causal_with_device(tokens: torch.Tensor) -> torch.Tensor:
+    return torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool, device=tokens.device).tril()
+
+
+def test_a_tensor_built_without_device_is_caught_without_a_gpu() -> None:
+    tokens = torch.tensor([[3, 4, 0]])
+    with pytest.raises(Mistake, match="returns a tensor on cpu when the input is on meta"):
+        check_device_placement(causal_without_device, tokens, what="your causal mask")
+    check_device_placement(causal_with_device, tokens, what="your causal mask")
+
+
+def test_device_placement_draws_no_conclusion_from_what_meta_cannot_do() -> None:
+    def reads_values(tokens: torch.Tensor) -> torch.Tensor:
+        n = int(tokens.max())  # a value: impossible on the meta device, fine on a GPU
+        return torch.ones(n, n, device=tokens.device)
+
+    check_device_placement(reads_values, torch.tensor([[3, 4, 0]]), what="your function")
