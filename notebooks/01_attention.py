@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -15,10 +16,10 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, subprocess, sys
+import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
 
 # %% [markdown]
 # # 01 · Scaled dot-product attention
@@ -39,7 +40,9 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # - a slow per-query loop, then the vectorised version, equal to `tfm_lesson.scaled_dot_product_attention` and
 #   `torch.nn.functional.scaled_dot_product_attention`;
 # - **why $\sqrt{d_k}$**: we measure that dot products of $d_k$-dimensional vectors have variance $d_k$, and
-#   watch an unscaled softmax saturate (one weight near 1, gradients near 0);
+#   watch an unscaled softmax saturate (one weight near 1, gradients near 0), and why the paper chose dot
+#   products over *additive* attention;
+# - how to choose queries and keys by hand so that attention becomes an exact lookup;
 # - how to read an attention map, and how the scale works as a *temperature*.
 
 # %%
@@ -49,8 +52,9 @@ import torch
 import torch.nn.functional as F
 
 import tfm_lesson
+import tfm_lesson as T
 from tfm_lesson import scaled_dot_product_attention, viz, widgets
-from tfm_lesson.checks import check_attention, check_attention_scores, check_attention_weights
+from tfm_lesson.checks import check_attention, check_attention_scores, check_retrieval
 
 tfm_lesson.seed_everything(0)
 device = tfm_lesson.default_device()
@@ -99,9 +103,9 @@ device = tfm_lesson.default_device()
 
 # %%
 n, m, d_k, d_v = 4, 6, 8, 5
-Q = torch.randn(n, d_k, device=device)  # (q_len, d_k)
-K = torch.randn(m, d_k, device=device)  # (k_len, d_k)
-V = torch.randn(m, d_v, device=device)  # (k_len, d_v)
+Q = torch.randn(n, d_k).to(device)  # (q_len, d_k), drawn on the CPU so every machine gets the same numbers
+K = torch.randn(m, d_k).to(device)  # (k_len, d_k)
+V = torch.randn(m, d_v).to(device)  # (k_len, d_v)
 
 
 def attention_loop(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
@@ -140,9 +144,9 @@ out_fast = attention(Q, K, V)
 # (it never hands out the weights). We compare all four on a batch of 2 sentences with 3 heads.
 
 # %%
-Qb = torch.randn(2, 3, n, d_k, device=device)  # (batch, heads, q_len, d_k)
-Kb = torch.randn(2, 3, m, d_k, device=device)  # (batch, heads, k_len, d_k)
-Vb = torch.randn(2, 3, m, d_v, device=device)  # (batch, heads, k_len, d_v)
+Qb = torch.randn(2, 3, n, d_k).to(device)  # (batch, heads, q_len, d_k)
+Kb = torch.randn(2, 3, m, d_k).to(device)  # (batch, heads, k_len, d_k)
+Vb = torch.randn(2, 3, m, d_v).to(device)  # (batch, heads, k_len, d_v)
 ours = attention(Qb, Kb, Vb)  # (batch, heads, q_len, d_v)
 package, weights = scaled_dot_product_attention(Qb, Kb, Vb)
 fused = F.scaled_dot_product_attention(Qb, Kb, Vb)
@@ -154,6 +158,26 @@ print("loop == matmul (one sentence):", torch.allclose(out_loop, out_fast, atol=
 print("output:", tuple(ours.shape), " weights:", tuple(weights.shape))
 print("ours == tfm_lesson == torch (within 1e-5):", err < 1e-5)
 print("every row of weights sums to 1:", torch.allclose(weights.sum(-1), torch.ones(2, 3, n, device=device)))
+
+# %% [markdown]
+# ## Why dot products, and why a scale: the paper's argument
+#
+# Section 3.2.1 of the paper compares two ways of scoring a query against a key.
+#
+# - **Additive attention** (Bahdanau et al., 2015, the attention of the recurrent translators before the
+#   Transformer) feeds the query and the key through a small network with one hidden layer:
+#   $\mathrm{score}(q, k) = w^\top \tanh(W_1 q + W_2 k)$.
+# - **Dot-product attention** simply takes $q \cdot k$, so all the scores of a sentence are one matrix product
+#   $Q K^\top$.
+#
+# The two cost about the same number of operations in theory, but dot products run as one large matrix
+# multiplication, for which GPUs and linear-algebra libraries are heavily optimised, and need no
+# `(q_len, k_len, hidden)` tensor in memory; so dot-product attention is much faster and lighter in practice.
+# There is a catch the paper reports from earlier experiments (Britz et al., 2017): for small $d_k$ the two
+# work about equally well, but for large $d_k$ additive attention wins against dot products *without*
+# scaling. The paper's explanation is that for large $d_k$ the dot products grow large, which pushes the
+# softmax into a region where its gradients are tiny. Its remedy is the factor $1/\sqrt{d_k}$: keep the speed
+# of dot products and remove their weakness. The rest of this section checks that explanation by measuring it.
 
 # %% [markdown]
 # ## Why divide by $\sqrt{d_k}$?
@@ -282,7 +306,12 @@ widgets.temperature_explorer(query=x, key=x, tokens=tokens)
 # %% [markdown]
 # ## Exercises
 #
-# ### Exercise 1 — scaled scores
+# Exercise 1 adds the scale to chapter 00's scores; exercise 2 turns attention into a lookup table that you
+# design by hand; exercise 3 writes the whole of attention, with a mask.
+
+# %% [markdown]
+# ### Exercise 1: scaled scores
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
 # Write `attention_scores(query, key)`: `query` is `(..., q_len, d_k)`, `key` is `(..., k_len, d_k)`; return
 # $Q K^\top / \sqrt{d_k}$ shaped `(..., q_len, k_len)`. $d_k$ is the width of the queries and keys: the
@@ -300,38 +329,65 @@ def attention_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_attention_scores(attention_scores)
 
 # %% [markdown]
-# ### Exercise 2 — attention weights
+# ### Exercise 2: design a lookup
+# **Difficulty** 2/3 · **Importance** 2/3 · **Time** ~15 min
 #
-# Write `attention_weights(query, key)`, returning $\mathrm{softmax}(Q K^\top / \sqrt{d_k})$ shaped
-# `(..., q_len, k_len)`, where each **query's row** sums to one. You may reuse `attention_scores` and
-# `torch.softmax`; the question is the axis.
+# So far the queries and keys were given. Now choose them yourself so that attention works as an exact lookup
+# table: write `retrieval_qk(targets, k_len, d_k)` returning `(Q, K)`, with `Q` of shape `(len(targets), d_k)`
+# and `K` of shape `(k_len, d_k)`, such that query `i` puts **at least 99%** of its weight on key `targets[i]`.
+# Then `attention(Q, K, V)[i]` is (almost exactly) `V[targets[i]]`, whatever the values `V` are. The checker
+# uses $d_k \ge$ `k_len` and targets such as `[2, 0, 3, 1]` (a permutation) or `[4, 4, 0, 2, 1]` (two queries
+# want the same key).
+#
+# Hints: give key `j` its own direction, for instance row `j` of `torch.eye(k_len, d_k)`; then row `i` of `Q`
+# must point in the direction of key `targets[i]`. One key winning is not enough: after the division by
+# $\sqrt{d_k}$ its score must beat the others by a margin of several units, or the softmax still spreads the
+# weight. Notice that `Q` and `K` must differ here: with $Q = K$ every token's best match is itself.
 
 # %%
-def attention_weights(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-    ...  # your turn: (..., q_len, k_len), rows sum to 1
+def retrieval_qk(targets: list[int], k_len: int, d_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ...  # your turn: return (Q, K), Q (len(targets), d_k) and K (k_len, d_k)
 
 
 # %% tags=["solution"]
-def attention_weights(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-    return attention_scores(query, key).softmax(dim=-1)  # normalise over the keys
+def retrieval_qk(targets: list[int], k_len: int, d_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    K = torch.eye(k_len, d_k)  # (k_len, d_k): key j points along axis j
+    Q = 10 * math.sqrt(d_k) * K[targets]  # (q_len, d_k): query i points along key targets[i]'s axis
+    return Q, K  # after / sqrt(d_k) the right score is 10, every other 0: weight e^10 / (e^10 + k_len - 1)
 
 
 # %%
-check_attention_weights(attention_weights)
+# NBVAL_CHECK_OUTPUT
+check_retrieval(retrieval_qk)
 
 # %% [markdown]
-# ### Exercise 3 — attention, with a mask
+# Your lookup at work: four value rows (row `j` is all `j`) and the targets `[2, 0, 3, 1]`. Each output row is
+# the value row its query asked for.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+lookup_values = torch.arange(4.0)[:, None] * torch.ones(4, 3)  # (k_len, d_v): value row j is all j
+lookup = retrieval_qk([2, 0, 3, 1], 4, 8)
+if lookup is None:  # the stub returns None until you write it
+    print("retrieval_qk still returns None: solve exercise 2 first")
+else:
+    retrieved, _ = scaled_dot_product_attention(*lookup, lookup_values)  # (4, 3)
+    print(retrieved.cpu().round(decimals=2))
+
+# %% [markdown]
+# ### Exercise 3: attention, with a mask
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
 #
 # Write `my_attention(query, key, value, mask=None)` returning `(output, weights)`: output `(..., q_len, d_v)`,
 # weights `(..., q_len, k_len)`. Chapter 02 is about masks, but the checker already passes one, so here is the
 # rule: `mask` is boolean, broadcastable to `(..., q_len, k_len)`, and **True means "may attend"**. Give the
 # blocked scores the value $-\infty$ before the softmax (`scores.masked_fill(~mask, float("-inf"))`), so that
-# their weight is exactly $e^{-\infty} = 0$. One more rule the checker tests: a query whose keys are *all*
-# blocked must return zeros (a softmax over a row of $-\infty$ is $0/0$ = NaN; chapter 02 shows it). It also runs
-# your code in `float16` and `bfloat16`.
+# their weight is exactly $e^{-\infty} = 0$ and the remaining weights of each row still sum to one. (In this
+# exercise every query may attend to at least one key; chapter 02 handles a query that may see nothing.)
 
 # %%
 def my_attention(query, key, value, mask=None):
@@ -341,17 +397,23 @@ def my_attention(query, key, value, mask=None):
 # %% tags=["solution"]
 def my_attention(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., q_len, k_len)
-    if mask is None:
-        weights = scores.softmax(dim=-1)
-    else:
-        has_key = mask.any(dim=-1, keepdim=True)  # (..., q_len, 1): does this query see any key?
-        scores = scores.masked_fill(~(mask | ~has_key), float("-inf"))  # rows with no key stay finite
-        weights = scores.softmax(dim=-1).masked_fill(~has_key, 0.0)  # ... and are zeroed here
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # blocked keys: weight e^-inf = 0
+    weights = scores.softmax(dim=-1)  # (..., q_len, k_len), rows sum to 1
     return weights @ value, weights  # (..., q_len, d_v), (..., q_len, k_len)
 
 
 # %%
-check_attention(my_attention)
+# NBVAL_CHECK_OUTPUT
+check_attention(my_attention, corner_cases=False)
+
+# %% [markdown]
+# ## Check your understanding
+#
+# Pick an answer for each question; the feedback says why it is right or wrong.
+
+# %%
+T.quiz.show("01")
 
 # %% [markdown]
 # ## Summary
@@ -365,6 +427,10 @@ check_attention(my_attention)
 #   Unscaled, the softmax saturates — largest weight → 1, gradient → 0 as $d_k$ grows; dividing by
 #   $\sqrt{d_k}$ keeps both where they are at any width.
 # - The scale acts as a temperature: smaller is sharper, larger is flatter.
+# - The paper chose dot products over additive attention for speed (one matrix product) and added the scale to
+#   remove their one weakness at large $d_k$.
+# - Attention can be a hard lookup: choose the queries and keys so that one score beats the rest by a wide
+#   margin. That needs $Q \ne K$, which is why chapter 03 gives queries and keys their own projections.
 #
 # Next, chapter 02: masks — how padding and the future are hidden from attention, and what happens to a query
 # that is allowed to see nothing.

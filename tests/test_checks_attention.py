@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import tfm_lesson
-from tfm_lesson.checks import Mistake, check_attention, check_attention_scores, check_attention_weights
+from tfm_lesson.checks import (Mistake, check_attention, check_attention_scores, check_attention_weights,
+                               check_retrieval)
 
 
 def _scores(q, k, scale=None):
@@ -173,3 +174,57 @@ def test_attention_does_not_touch_global_rng() -> None:
     torch.manual_seed(123)
     check_attention(tfm_lesson.scaled_dot_product_attention)
     assert torch.equal(torch.rand(3), before)
+
+
+# --- chapter 01's plain masking: corner_cases=False ----------------------------------------------------------------
+def _plain_masked(q, k, v, mask=None):
+    scores = _scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
+def test_plain_masking_passes_without_corner_cases(capsys: pytest.CaptureFixture) -> None:
+    check_attention(_plain_masked, corner_cases=False)
+    assert "✔ check_attention passed" in capsys.readouterr().out
+    _raises(check_attention, _plain_masked, "came out NaN")  # the full check still asks for zeros
+
+
+def test_plain_masking_mistakes_still_named() -> None:
+    def after(q, k, v, mask=None):
+        w = _scores(q, k).softmax(-1)
+        return (w if mask is None else w * mask) @ v
+    with pytest.raises(Mistake, match="AFTER the softmax"):
+        check_attention(after, corner_cases=False)
+
+
+# --- check_retrieval: attention as a lookup you design -------------------------------------------------------------
+def _lookup(targets, k_len, d_k, scale=None, backwards=False, identity=False):
+    scale = 10 * math.sqrt(d_k) if scale is None else scale
+    keys = torch.eye(k_len, d_k)
+    rows = list(range(len(targets))) if identity else list(targets)
+    queries = scale * keys[[r % k_len for r in rows]]
+    return (scale * keys, keys[list(targets)]) if backwards else (queries, keys)
+
+
+def test_retrieval_reference_passes(capsys: pytest.CaptureFixture) -> None:
+    check_retrieval(_lookup)
+    assert "✔ check_retrieval passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda t, k, d: None, "did you forget a `return`"),
+    (lambda t, k, d: _lookup(t, k, d)[0], "must return a pair of tensors"),
+    (lambda t, k, d: (_lookup(t, k, d)[0].T, _lookup(t, k, d)[1]), "Q has shape"),
+    (lambda t, k, d: (_lookup(t, k, d)[0], torch.eye(k + 1, d)), "K has shape"),
+    (lambda t, k, d: (_lookup(t, k, d)[0] * math.inf, _lookup(t, k, d)[1]), "inf or NaN"),
+    (lambda t, k, d: _lookup(t, k, d, identity=True), "as when Q = K"),
+    (lambda t, k, d: _lookup(t, k, d, backwards=True), "the lookup runs backwards"),
+    (lambda t, k, d: _lookup(t, k, d, scale=3.0), "not by enough"),
+    (lambda t, k, d: _lookup(t, k, d, scale=12.0), "without the division by sqrt(d_k)"),
+    (lambda t, k, d: (-_lookup(t, k, d)[0], _lookup(t, k, d)[1]), "attends most to key"),
+])
+def test_retrieval_mistakes(fn, hint: str) -> None:
+    with pytest.raises(Mistake, match=re.escape(hint)):
+        check_retrieval(fn)

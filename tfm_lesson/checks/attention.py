@@ -2,8 +2,11 @@
 
 - ``check_attention_scores(fn)``: ``fn(query, key)`` -> ``Q K^T / sqrt(d_k)``, ``(..., q_len, k_len)``;
 - ``check_attention_weights(fn)``: ``fn(query, key)`` -> ``softmax(Q K^T / sqrt(d_k))`` along the keys;
-- ``check_attention(fn)``: ``fn(query, key, value, mask=None)`` -> output ``(..., q_len, d_v)`` or
-  ``(output, weights)``, compared with :func:`tfm_lesson.scaled_dot_product_attention`.
+- ``check_attention(fn, corner_cases=True)``: ``fn(query, key, value, mask=None)`` -> output ``(..., q_len, d_v)``
+  or ``(output, weights)``, compared with :func:`tfm_lesson.scaled_dot_product_attention`; with
+  ``corner_cases=False`` (chapter 01) only plain masks, without fully masked rows or half precision (chapter 02);
+- ``check_retrieval(fn)``: ``fn(targets, k_len, d_k)`` -> ``(Q, K)`` such that query ``i`` puts at least 99% of its
+  attention on key ``targets[i]``: attention used as a lookup table that you design by hand.
 
 Sizes are chosen so the mistakes are told apart: ``d_k = 16`` (so sqrt(d_k) = 4, d_k = 16 and 1 differ),
 ``d_v = 6 != d_k`` (scaling by the value's width shows), ``q_len != k_len`` (a softmax over the queries keeps the
@@ -21,7 +24,7 @@ from torch import Tensor
 from ..attention import scaled_dot_product_attention
 from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
 
-__all__ = ["check_attention_scores", "check_attention_weights", "check_attention"]
+__all__ = ["check_attention_scores", "check_attention_weights", "check_attention", "check_retrieval"]
 
 D_K, D_V = 16, 6
 TRANSPOSE_HINT = ("`.T` / `.t()` transpose ALL dimensions of a batched tensor; swap only the last two: "
@@ -193,12 +196,13 @@ def _attn(fn: Callable, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, le
         raise
 
 
-def check_attention(fn: Callable[..., object]) -> None:
+def check_attention(fn: Callable[..., object], corner_cases: bool = True) -> None:
     """``fn(query, key, value, mask=None)`` -> output ``(..., q_len, d_v)`` or ``(output, weights)``.
 
     Compared with :func:`tfm_lesson.scaled_dot_product_attention` on 2-D and (batch, heads) inputs, without and
-    with masks (True = may attend), with fully masked query rows (expected: zeros), in float32, float64, float16
-    and bfloat16.
+    with masks (True = may attend). With ``corner_cases=True`` (the default) also with fully masked query rows
+    (expected: zeros) and in float16 and bfloat16; ``corner_cases=False`` leaves those two out (chapter 01 asks
+    for plain masking; chapter 02 teaches the rest).
     """
     # 1. no mask, several shapes and dtypes
     for i, (lead, q_len, k_len, dtype) in enumerate(_cases()):
@@ -248,6 +252,10 @@ def check_attention(fn: Callable[..., object]) -> None:
                                           "reference (True = may attend, broadcast to (batch, heads, q_len, k_len))",
                  atol=1e-4)
         _check_weights(result, expected_w)
+    if not corner_cases:
+        passed("check_attention", "matches tfm_lesson.scaled_dot_product_attention on 2-D and (batch, heads) inputs, "
+                                  "float32 and float64, without a mask and with padding and random masks")
+        return
 
     # 3. fully masked query rows: expected zeros, not NaN and not the mean of the values
     mask = _mask_with_both((2, 1, q_len, k_len), g)
@@ -285,3 +293,63 @@ def check_attention(fn: Callable[..., object]) -> None:
         diagnose(got.double(), expected, {}, f"in {dtype} your output differs from the reference", atol=atol)
     passed("check_attention", "matches tfm_lesson.scaled_dot_product_attention on 2-D and (batch, heads) inputs, "
                               "float32/64/16 and bfloat16, padding and random masks, fully masked rows give zeros")
+
+
+# --- attention as a lookup table you design ---------------------------------------------------------------------
+RETRIEVAL_CASES: tuple[tuple[tuple[int, ...], int, int], ...] = (
+    ((2, 0, 3, 1), 4, 8),          # a permutation: query i must find key targets[i]
+    ((1, 2, 3, 4, 5, 0), 6, 8),    # a shift by one
+    ((4, 4, 0, 2, 1), 5, 16),      # two queries want the same key; key 3 is wanted by nobody
+)
+MIN_WEIGHT = 0.99
+
+
+def check_retrieval(fn: Callable[[list[int], int, int], object]) -> None:
+    """``fn(targets, k_len, d_k)`` must return ``(Q, K)``, ``Q`` of shape ``(len(targets), d_k)`` and ``K`` of shape
+    ``(k_len, d_k)``, such that in ``softmax(Q K^T / sqrt(d_k))`` query ``i`` gives at least 99% of its weight to
+    key ``targets[i]``: then ``attention(Q, K, V)[i]`` is (almost) ``V[targets[i]]`` for any values ``V``."""
+    for targets, k_len, d_k in RETRIEVAL_CASES:
+        what = f"your function({list(targets)}, k_len={k_len}, d_k={d_k})"
+        result = call(fn, list(targets), k_len, d_k, what=what)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2
+                and all(isinstance(t, Tensor) for t in result)):
+            raise Mistake(f"{what} must return a pair of tensors (Q, K); it returned {type(result).__name__}"
+                          + ("; did you forget a `return`?" if result is None else ""))
+        Q, K = (t.detach().cpu().double() for t in result)
+        n = len(targets)
+        expect(Q.shape == (n, d_k), f"{what}: Q has shape {tuple(Q.shape)}, expected (len(targets), d_k) = {(n, d_k)}: "
+                                    "one query row per entry of targets")
+        expect(K.shape == (k_len, d_k), f"{what}: K has shape {tuple(K.shape)}, expected (k_len, d_k) = "
+                                        f"{(k_len, d_k)}: one key row per value")
+        expect(bool(torch.isfinite(Q).all() and torch.isfinite(K).all()),
+               f"{what}: Q or K contains inf or NaN; a finite scale (say 20) is enough to make one key win")
+        raw = Q @ K.T  # (q_len, k_len)
+        weights = torch.softmax(raw / math.sqrt(d_k), dim=-1)  # what attention computes
+        best = weights.argmax(-1)  # (q_len,)
+        wanted = torch.tensor(targets)
+        if not torch.equal(best, wanted):
+            if torch.equal(best, torch.arange(n) % k_len) and not torch.equal(wanted, torch.arange(n) % k_len):
+                raise Mistake(f"{what}: query i attends most to key i, as when Q = K. Query i must point at key "
+                              "targets[i]: make row i of Q look like row targets[i] of K.")
+            i = int((best != wanted).nonzero()[0])
+            inverse = {t: q for q, t in enumerate(targets)}
+            if len(inverse) == n == k_len and all(int(best[q]) == inverse.get(q, -1) for q in range(n)):
+                raise Mistake(f"{what}: query i attends most to the key j with targets[j] == i: the lookup runs "
+                              "backwards. Row i of Q must match row targets[i] of K, not the other way round.")
+            raise Mistake(f"{what}: query {i} attends most to key {int(best[i])}, not to key targets[{i}] = "
+                          f"{targets[i]}. Its score with key {targets[i]} must be the largest in its row.")
+        got = weights[torch.arange(n), wanted]  # (q_len,): each query's weight on its target
+        if bool((got < MIN_WEIGHT).any()):
+            i = int(got.argmin())
+            gap = math.log(MIN_WEIGHT / (1 - MIN_WEIGHT) * (k_len - 1))
+            if bool((torch.softmax(raw, dim=-1)[torch.arange(n), wanted] >= MIN_WEIGHT).all()):
+                raise Mistake(f"{what}: without the division by sqrt(d_k) your scores would do, but attention divides "
+                              f"Q K^T by sqrt({d_k}) = {math.sqrt(d_k):.3g} first; query {i} keeps only "
+                              f"{got[i].item():.2f} of its weight on key {targets[i]}. Make Q or K "
+                              f"{math.sqrt(d_k):.3g} times larger.")
+            raise Mistake(f"{what}: the right key wins, but not by enough: query {i} puts only {got[i].item():.2f} of "
+                          f"its weight on key {targets[i]} (at least {MIN_WEIGHT} needed). After the division by "
+                          f"sqrt(d_k) its score must beat every other by about ln(99 x (k_len - 1)) = {gap:.1f}: "
+                          "multiply Q (or K) by a larger number.")
+    passed("check_retrieval", f"every query puts at least {MIN_WEIGHT:.0%} of its weight on its target key, for "
+                              "permutations and repeated targets")
