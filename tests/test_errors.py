@@ -118,3 +118,101 @@ def test_masking_works_in_half_precision(device, dtype):
     assert torch.equal(weights[..., 2:].float(), torch.zeros(2, 3, 4, 2, device=device))
     ref, _ = T.scaled_dot_product_attention(q, k, v, mask)
     assert torch.allclose(out.float(), ref, atol=5e-2)
+
+
+# the unclear cases a careless user found: each now gets a clear error, or the same numbers as the explicit path -------
+def test_a_one_dimensional_mask_works_on_both_paths():
+    """A (k_len,) key mask passed the mask check, then raised IndexError inside the fast path."""
+    torch.manual_seed(0)
+    mha = T.MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([True, True, True, False, False])
+    fast, _ = mha(x, x, x, mask)
+    explicit, _ = mha(x, x, x, mask, need_weights=True)
+    full, _ = mha(x, x, x, mask[None, None, None, :].expand(2, 4, 5, 5))
+    assert torch.allclose(fast, explicit, atol=1e-6) and torch.allclose(fast, full, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_input_dtype_other_than_the_modules_names_both(dtype):
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(TypeError, match=rf"query has dtype {dtype} but MultiHeadAttention's weights are torch.float32"):
+        T.MultiHeadAttention(16, 4)(x.to(dtype), x.to(dtype), x.to(dtype))
+    with pytest.raises(TypeError, match=rf"x has dtype {dtype} but LayerNorm's weights are torch.float32"):
+        T.LayerNorm(16)(x.to(dtype))
+    with pytest.raises(TypeError, match=rf"has dtype {dtype} but MultiHeadAttention's weights are torch.float32"):
+        T.EncoderLayer(16, 4, 32, dropout=0.0)(x.to(dtype))
+
+
+def test_mixed_precision_under_autocast_is_still_accepted():
+    torch.manual_seed(0)
+    mha, norm = T.MultiHeadAttention(16, 4).eval(), T.LayerNorm(16)
+    x = torch.randn(2, 5, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = torch.nn.functional.linear(x, torch.eye(16))  # bfloat16 under autocast
+        assert h.dtype == torch.bfloat16
+        out, _ = mha(h, h, h)
+        norm(out)
+    assert torch.isfinite(out).all()
+
+
+def test_an_empty_target_or_source_is_named():
+    """A target of length 0 was reported as a causal_mask size error."""
+    model = _small()
+    with pytest.raises(ValueError, match=r"tgt must hold at least one token per sequence, got shape \(1, 0\)"):
+        model(torch.tensor([[1, 2]]), torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"src must hold at least one token per sequence, got shape \(1, 0\)"):
+        model(torch.zeros(1, 0, dtype=torch.long), torch.tensor([[1, 2]]))
+
+
+@pytest.mark.parametrize("pad_id", [None, 0.0, "0", True])
+def test_padding_mask_needs_an_int_pad_id(pad_id):
+    with pytest.raises(TypeError, match=r"padding_mask: pad_id must be the int id of the padding token"):
+        T.padding_mask(torch.tensor([[1, 0]]), pad_id)
+
+
+@pytest.mark.parametrize("field", ["norm_first", "share_embeddings", "tie_embeddings", "bias", "final_norm"])
+@pytest.mark.parametrize("value", ["False", 0, 1, "yes"])
+def test_boolean_config_fields_refuse_strings_and_ints(field, value):
+    """norm_first="False" was accepted and, being a non-empty string, built a pre-norm model."""
+    with pytest.raises(TypeError, match=rf"{field} must be True or False"):
+        T.TransformerConfig(**{field: value})
+    T.TransformerConfig(**{field: True})
+    with pytest.raises(ValueError, match=r"eps must be a positive float"):
+        T.TransformerConfig(eps="1e-5")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("masked", [False, True])
+def test_nan_and_inf_propagate_through_the_fast_path_as_through_the_explicit_one(bad, masked):
+    """The fused kernel returned finite numbers for a NaN or -inf query, where the explicit path and
+    nn.MultiheadAttention give NaN; with a padding mask, a NaN key it hides gave NaN everywhere."""
+    torch.manual_seed(0)
+    mha = T.MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    mask = T.padding_mask(torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]), 0) if masked else None
+    for where in ("query", "key", "value"):
+        q, k, v = x.clone(), x.clone(), x.clone()
+        {"query": q, "key": k, "value": v}[where][0, 4 if masked else 1, 3] = bad
+        fast, _ = mha(q, k, v, mask)
+        explicit, _ = mha(q, k, v, mask, need_weights=True)
+        assert torch.equal(torch.isnan(fast), torch.isnan(explicit)), (where, torch.isnan(fast).any(-1))
+        assert torch.equal(torch.isinf(fast), torch.isinf(explicit)), where
+        finite = torch.isfinite(explicit)
+        assert torch.allclose(fast[finite], explicit[finite], atol=1e-5), where
+    if not masked:  # and as torch.nn does
+        ref = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+        q = x.clone()
+        q[0, 1, 3] = bad
+        assert torch.isnan(ref(q, x, x)[0][0, 1]).all() and torch.isnan(mha(q, x, x)[0][0, 1]).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_explicit_layer_norm_of_large_half_values(dtype):
+    """In float16 the squared deviations of values near 60,000 overflow: the explicit path returned zeros."""
+    x = torch.tensor([[60000.0, 59000.0, 61000.0, 60500.0]])
+    explicit = T.LayerNorm(4, explicit=True).to(dtype)(x.to(dtype))
+    fused = T.LayerNorm(4).to(dtype)(x.to(dtype))
+    ref = T.LayerNorm(4)(x)
+    assert explicit.dtype == dtype
+    assert torch.allclose(explicit.float(), ref, atol=2e-2) and torch.allclose(explicit.float(), fused.float(), atol=1e-2)

@@ -49,3 +49,19 @@ def check_tokens(tokens: object, name: str, vocab_size: int) -> Tensor:
             bad = lo if lo < 0 else hi
             raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size})")
     return tokens
+
+
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4: no device argument
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+
+
+def check_dtype(x: Tensor, name: str, weight: Tensor, module: str) -> Tensor:
+    """``x`` must have the floating dtype of ``module``'s weights (inside ``torch.autocast`` torch casts for us)."""
+    if x.dtype != weight.dtype and not _autocast_on(x.device.type):
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but {module}'s weights are {weight.dtype}: convert one to the other "
+            f"(`{name}.to({weight.dtype})`, or `module.to({x.dtype})`), or run under torch.autocast")
+    return x

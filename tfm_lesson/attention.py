@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_features, check_positive_int, check_probability
+from ._checks import check_dtype, check_features, check_positive_int, check_probability
 from .cache import CrossAttentionCache, KVCache
 from .masks import check_mask
 
@@ -140,6 +140,8 @@ class MultiHeadAttention(nn.Module):
         check_features(query, "query", self.d_model)
         check_features(key, "key", self.d_model)
         check_features(value, "value", self.d_model)
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            check_dtype(t, name, self.w_q.weight, "MultiHeadAttention")
         batch, q_len, k_len = query.size(0), query.size(1), key.size(1)
         if key.size(0) != batch or value.size(0) != batch:
             raise ValueError(f"query, key and value must share the batch size: got {batch}, {key.size(0)}, {value.size(0)}")
@@ -153,6 +155,8 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.update(k, v)  # earlier positions' keys and values + the new ones
         if mask is not None:
             check_mask(mask, (batch, self.heads, q_len, k.size(2)), "mask")
+            if mask.dim() < 4:  # e.g. a (k_len,) key mask: the fast path needs (batch|1, heads|1, q_len|1, k_len)
+                mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         p = self.dropout if self.training else 0.0
 
         weights = None
@@ -163,7 +167,12 @@ class MultiHeadAttention(nn.Module):
             if mask is not None:
                 has_key = mask.any(dim=-1, keepdim=True)  # (batch, heads|1, q_len, 1)
                 attn_mask = mask | ~has_key  # fully masked rows: attend anywhere, zeroed below (never NaN)
+            if mask is not None:  # a NaN/inf key hidden from every query is ignored, as in the explicit path
+                hidden = ~mask.any(dim=-2).unsqueeze(-1)  # (batch|1, heads|1, k_len, 1)
+                k = k.masked_fill(hidden & ~torch.isfinite(k), 0.0)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (batch, heads, q_len, d_k)
+            # a NaN or inf query gives NaN, as in the explicit path (some fused kernels return finite numbers)
+            out = out.masked_fill(~torch.isfinite(q).all(dim=-1, keepdim=True), float("nan"))
             if has_key is not None:
                 out = out.masked_fill(~has_key, 0.0)
         if self._recorder is not None:

@@ -27,6 +27,8 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
         raise ValueError(f"padding_mask: tokens must be a (batch, seq_len) tensor of ids, got {shape}")
     if tokens.is_floating_point() or tokens.dtype == torch.bool:
         raise TypeError(f"padding_mask: tokens must hold integer ids, got dtype {tokens.dtype}")
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+        raise TypeError(f"padding_mask: pad_id must be the int id of the padding token, got {pad_id!r}")
     return (tokens != pad_id)[:, None, None, :]  # (batch, 1, 1, k_len)
 
 

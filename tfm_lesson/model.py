@@ -47,6 +47,14 @@ class TransformerConfig:
                      "num_decoder_layers", "max_len"):
             check_positive_int(getattr(self, name), name)
         check_probability(self.dropout, "dropout")
+        for name in ("norm_first", "share_embeddings", "tie_embeddings", "bias", "final_norm"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "final_norm" and value is None):
+                raise TypeError(f"{name} must be True or False{' (or None)' if name == 'final_norm' else ''}, "
+                                f"got {value!r}" + (" (a string is not a boolean: 'False' would count as true)"
+                                                    if isinstance(value, str) else ""))
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps > 0:
+            raise ValueError(f"eps must be a positive float, got {self.eps!r}")
         if self.d_model % self.heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by heads={self.heads}")
         if self.positional not in ("sinusoidal", "learned"):
@@ -133,6 +141,8 @@ class Transformer(nn.Module):
     # the three steps -------------------------------------------------------------------------------------
     def _embed(self, tokens: Tensor, embedding: nn.Embedding, name: str, vocab: int, offset: int = 0) -> Tensor:
         check_tokens(tokens, name, vocab)
+        if tokens.size(1) < 1:
+            raise ValueError(f"{name} must hold at least one token per sequence, got shape {tuple(tokens.shape)}")
         if offset + tokens.size(1) > self.config.max_len:
             raise ValueError(f"{name} has length {tokens.size(1)} but the positional table holds "
                              f"max_len={self.config.max_len} positions")

@@ -12,13 +12,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_int
+from ._checks import check_dtype, check_positive_int
 
 __all__ = ["LayerNorm", "layer_norm"]
 
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """The explicit computation, for reading and for the tests. ``x (..., d_model)``."""
+    """The explicit computation, for reading and for the tests. ``x (..., d_model)``.
+
+    float16 and bfloat16 inputs are normalised in float32 (as the fused kernel does) and returned in their
+    own dtype: in float16 the squared deviations of values near 60,000 overflow to inf and everything to 0.
+    """
+    dtype = x.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
     mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
     var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1), biased: divide by d_model
     x_hat = (x - mean) / torch.sqrt(var + eps)  # eps inside the sqrt
@@ -26,7 +33,7 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
         x_hat = x_hat * weight
     if bias is not None:
         x_hat = x_hat + bias
-    return x_hat
+    return x_hat.to(dtype)
 
 
 class LayerNorm(nn.Module):
@@ -49,6 +56,9 @@ class LayerNorm(nn.Module):
         if not isinstance(x, Tensor) or x.dim() < 1 or x.size(-1) != self.d_model:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must be shaped (..., d_model={self.d_model}), got {got}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+        check_dtype(x, "x", self.weight, "LayerNorm")
         if self.explicit:
             return layer_norm(x, self.weight, self.bias, self.eps)
         return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
