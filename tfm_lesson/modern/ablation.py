@@ -1,0 +1,177 @@
+"""From the 2017 block to today's, one change at a time, on chapter 14's language model.
+
+Each variant adds one change to the one before; every variant trains with the same seeds (the same
+initialisation draw and the same batches), the same number of optimiser steps and the same learning rate,
+and is scored by its held-out (validation) loss. Because the seeds are shared, the fair comparison of two
+variants is the *paired* difference seed by seed; :func:`summarise` gives its mean and spread.
+
+    python -m tfm_lesson.modern ablation            # reruns the precomputed table shipped with the package
+
+The shipped table is ``tfm_lesson/data/modern_ablation.json`` (:func:`load_ablation`); the command above
+rewrites it (or ``--out`` elsewhere) and prints the summary.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from .swiglu import swiglu_hidden
+
+__all__ = ["VARIANTS", "variant_configs", "run_ablation", "summarise", "load_ablation", "format_summary",
+           "plot_ablation", "ABLATION_FILE"]
+
+ABLATION_FILE = "modern_ablation.json"
+
+# (name, what it changes); each variant keeps every change above it
+VARIANTS: list[tuple[str, dict]] = [
+    ("2017 block", dict(norm_first=False, final_norm=False, positional="sinusoidal", activation="relu",
+                        norm="layer", bias=True)),
+    ("+ pre-norm, final norm", dict(norm_first=True, final_norm=True)),
+    ("+ RMSNorm", dict(norm="rms")),
+    ("+ RoPE", dict(positional="rope")),
+    ("+ SwiGLU", dict(activation="swiglu")),  # d_ff becomes swiglu_hidden(d_ff): the same parameters
+    ("+ GQA (kv_heads = heads / 2)", dict(kv_heads="half")),
+    ("+ no biases = today's block", dict(bias=False)),
+]
+
+
+def variant_configs(vocab_size: int, context: int = 64, d_model: int = 64, heads: int = 4, d_ff: int = 256,
+                    num_layers: int = 2, variants: Sequence[tuple[str, dict]] = VARIANTS) -> list[tuple[str, dict]]:
+    """The cumulative :class:`~tfm_lesson.gpt.GPTConfig` keyword arguments of every variant, in order."""
+    base = dict(vocab_size=vocab_size, context=context, d_model=d_model, heads=heads, d_ff=d_ff,
+                num_layers=num_layers, dropout=0.0)
+    out, current = [], dict(base)
+    for name, change in variants:
+        change = dict(change)
+        if change.get("kv_heads") == "half":
+            change["kv_heads"] = max(1, heads // 2)
+        if change.get("activation") == "swiglu":
+            change["d_ff"] = swiglu_hidden(d_ff)
+        current = {**current, **change}
+        out.append((name, dict(current)))
+    return out
+
+
+def run_ablation(data=None, seeds: Sequence[int] = (0, 1, 2), steps: int = 300, batch_size: int = 32,
+                 lr: float = 3e-3, eval_tokens: int = 20_000, variants: Sequence[tuple[str, dict]] = VARIANTS,
+                 log: Callable[[str], None] | None = print, **sizes) -> dict:
+    """Train every variant with every seed; return a JSON-ready dict of settings and results.
+
+    ``data``: an :class:`~tfm_lesson.lm.LMData` (default: chapter 14's corpus, a 384-token BPE vocabulary);
+    ``sizes``: ``context``, ``d_model``, ``heads``, ``d_ff``, ``num_layers`` for :func:`variant_configs`.
+    """
+    from ..data.corpus import load_corpus
+    from ..gpt import GPT
+    from ..lm import prepare_lm_data, train_lm
+
+    if data is None:
+        data = prepare_lm_data(load_corpus(), vocab_size=384, tokenizer_chars=50_000)
+    configs = variant_configs(data.vocab_size, variants=variants, **sizes)
+    runs = []
+    for name, config in configs:
+        for seed in seeds:
+            torch.manual_seed(seed)
+            model = GPT(**config)
+            start = time.perf_counter()
+            history = train_lm(model, data, steps=steps, batch_size=batch_size, lr=lr, eval_tokens=eval_tokens,
+                               device="cpu", seed=seed, threads=1)
+            seconds = time.perf_counter() - start
+            runs.append(dict(variant=name, seed=seed, valid_loss=history["valid_loss"][-1],
+                             train_loss=statistics.fmean(history["loss"][-20:]), steps=history["step"][-1],
+                             seconds=round(seconds, 2), parameters=sum(p.numel() for p in model.parameters())))
+            if log:
+                log(f"{name:32s} seed {seed}: valid loss {runs[-1]['valid_loss']:.4f} "
+                    f"({runs[-1]['parameters']:,} parameters, {seconds:.0f} s)")
+    return dict(settings=dict(seeds=list(seeds), steps=steps, batch_size=batch_size, lr=lr, eval_tokens=eval_tokens,
+                              vocab_size=data.vocab_size, corpus=data.name, sizes=sizes,
+                              configs={name: config for name, config in configs},
+                              machine=f"{platform.machine()} CPU, 1 thread, torch {torch.__version__}"),
+                runs=runs)
+
+
+def summarise(results: dict) -> list[dict]:
+    """Per variant: mean and standard deviation of the held-out loss over seeds, and the paired difference
+    from the variant before it (mean, standard deviation, and whether it is inside the noise: ``|mean| <= 2
+    standard errors``, the standard error being the spread of the paired differences / sqrt(seeds))."""
+    names = list(dict.fromkeys(r["variant"] for r in results["runs"]))
+    by_name = {n: {r["seed"]: r for r in results["runs"] if r["variant"] == n} for n in names}
+    rows = []
+    for i, name in enumerate(names):
+        losses = [r["valid_loss"] for r in by_name[name].values()]
+        row = dict(variant=name, mean=statistics.fmean(losses), std=statistics.stdev(losses) if len(losses) > 1 else 0.0,
+                   seeds=len(losses), parameters=next(iter(by_name[name].values()))["parameters"],
+                   seconds=statistics.fmean(r["seconds"] for r in by_name[name].values()))
+        if i:
+            before = by_name[names[i - 1]]
+            diffs = [by_name[name][s]["valid_loss"] - before[s]["valid_loss"] for s in by_name[name] if s in before]
+            sd = statistics.stdev(diffs) if len(diffs) > 1 else float("nan")
+            row.update(diff=statistics.fmean(diffs), diff_std=sd,
+                       inside_noise=bool(abs(statistics.fmean(diffs)) <= 2 * sd / math.sqrt(len(diffs))))
+        rows.append(row)
+    return rows
+
+
+def format_summary(rows: list[dict]) -> str:
+    """The summary as a fixed-width table (losses in nats per token)."""
+    lines = [f"{'variant':32s} {'params':>8s} {'held-out loss':>17s} {'change vs row above':>22s}  inside noise?"]
+    for r in rows:
+        change = "" if "diff" not in r else f"{r['diff']:+.3f} ± {r['diff_std']:.3f}"
+        noise = "" if "diff" not in r else ("yes" if r["inside_noise"] else "no")
+        lines.append(f"{r['variant']:32s} {r['parameters']:8,d} {r['mean']:9.3f} ± {r['std']:.3f} {change:>22s}  {noise}")
+    return "\n".join(lines)
+
+
+def load_ablation(path: str | Path | None = None) -> dict:
+    """The precomputed ablation shipped with the package (or the JSON at ``path``)."""
+    if path is None:
+        return json.loads(resources.files("tfm_lesson.data").joinpath(ABLATION_FILE).read_text())
+    return json.loads(Path(path).read_text())
+
+
+def plot_ablation(results: dict, ax=None, title: str | None = None):
+    """Held-out loss per variant: mean over seeds with ±1 standard deviation, and each seed as a dot."""
+    import matplotlib.pyplot as plt
+
+    rows = summarise(results)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.2))
+    ys = list(range(len(rows)))[::-1]
+    for y, row in zip(ys, rows):
+        seeds = [r["valid_loss"] for r in results["runs"] if r["variant"] == row["variant"]]
+        ax.plot(seeds, [y] * len(seeds), "o", color="#56B4E9", alpha=0.7, markersize=4)
+        ax.errorbar(row["mean"], y, xerr=row["std"], fmt="s", color="#0072B2", capsize=4)
+    ax.set_yticks(ys, [r["variant"] for r in rows])
+    ax.set_xlabel("held-out loss (nats per token; lower is better)")
+    settings = results["settings"]
+    ax.set_title(title or f"{len(settings['seeds'])} seeds, {settings['steps']} steps each: mean ± 1 std (dots: seeds)",
+                 fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return ax
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tfm_lesson.modern",
+                                     description="Rerun chapter 16's ablation: the 2017 block to today's.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("ablation", help="train every variant with every seed and write the JSON table")
+    run.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
+    run.add_argument("--steps", type=int, default=300, help="optimiser steps per run (default 300)")
+    run.add_argument("--batch-size", type=int, default=32)
+    run.add_argument("--out", default=None, help="where to write the JSON (default: the package's own table)")
+    args = parser.parse_args(argv)
+    results = run_ablation(seeds=range(args.seeds), steps=args.steps, batch_size=args.batch_size)
+    out = Path(args.out) if args.out else Path(__file__).resolve().parent.parent / "data" / ABLATION_FILE
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(format_summary(summarise(results)))
+    print(f"written to {out}")
+    return 0
