@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -15,10 +16,10 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, subprocess, sys
+import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
 
 # %% [markdown]
 # # 02 · Masks: what attention is not allowed to see
@@ -37,8 +38,10 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # - broadcasting a `(batch, 1, 1, k_len)` or `(q_len, k_len)` mask to `(batch, heads, q_len, k_len)`;
 # - proofs that masking works: padded keys get weight exactly 0, and changing them (or the future) changes
 #   nothing;
-# - what a fully masked row does with $-\infty$ (NaN, shown), how `tfm_lesson` returns zeros instead, and why the
-#   popular $-10^9$ overflows `float16` (shown).
+# - why masking after the softmax and renormalising gives the same weights as masking before;
+# - in an optional part at the end: what a fully masked row does with $-\infty$ (NaN, shown), how `tfm_lesson`
+#   returns zeros instead, why the popular $-10^9$ overflows `float16` (shown), and how `nn.MultiheadAttention`'s
+#   opposite convention goes wrong.
 
 # %%
 import math
@@ -48,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tfm_lesson
+import tfm_lesson as T
 from tfm_lesson import causal_mask, combine_masks, padding_mask, scaled_dot_product_attention, viz, widgets
 from tfm_lesson.checks import check_causal_mask, check_decoder_mask, check_masked_softmax, check_padding_mask
 
@@ -78,7 +82,10 @@ device = tfm_lesson.default_device()
 #
 # and since $e^{-\infty} = 0$ exactly, a blocked key gets weight **exactly 0**, while the visible keys' weights
 # still sum to one. Masking *after* the softmax (multiplying the weights by $M$) is not the same: the zeros are
-# right but the rows no longer sum to one.
+# right but the rows no longer sum to one. Divide each row by its new sum, though, and you are back at the
+# masked-before weights exactly: both are $e^{S_{ij}}$ divided by the sum of $e^{S_{ij'}}$ over the visible keys
+# $j'$ (the softmax's own denominator cancels). We check this numerically below. Masking before the softmax is
+# simply the cheaper way to get it.
 #
 # Shapes. Scores are `(batch, heads, q_len, k_len)`. A padding mask only depends on the sentence and the key,
 # so it is stored as `(batch, 1, 1, k_len)`; a causal mask only depends on the query and key positions, so it is
@@ -87,7 +94,7 @@ device = tfm_lesson.default_device()
 #
 # **Polarity.** `tfm_lesson` and `F.scaled_dot_product_attention` use True = *may attend*.
 # `nn.MultiheadAttention`'s `attn_mask` and `key_padding_mask` use True = *blocked* (not allowed). Neither is
-# wrong; mixing them is the classic bug, and we show it below.
+# wrong; mixing them is the classic bug (the optional part at the end shows it).
 
 # %% [markdown]
 # ## Build it: the padding mask
@@ -113,7 +120,7 @@ fast = (tokens != PAD)[:, None, None, :]  # (batch, 1, 1, seq_len)
 # NBVAL_CHECK_OUTPUT
 print("padding mask:", tuple(fast.shape), " slow == fast:", torch.equal(slow, fast[:, 0, 0]))
 print("== tfm_lesson.padding_mask:", torch.equal(fast, padding_mask(tokens, PAD)))
-print(fast[:, 0, 0].int())
+print(fast[:, 0, 0].int().cpu())
 
 # %% [markdown]
 # ## Build it: the causal mask
@@ -134,7 +141,7 @@ fast_causal = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # 
 # NBVAL_CHECK_OUTPUT
 print("causal mask:", tuple(fast_causal.shape), " slow == fast:", torch.equal(slow_causal, fast_causal))
 print("== tfm_lesson.causal_mask:", torch.equal(fast_causal, causal_mask(size, device=device)))
-print(fast_causal.int())
+print(fast_causal.int().cpu())
 
 # %% [markdown]
 # ## Broadcasting and combining
@@ -146,7 +153,7 @@ print(fast_causal.int())
 
 # %%
 heads, seq_len = 2, tokens.size(1)
-scores = torch.randn(3, heads, seq_len, seq_len, device=device)  # (batch, heads, q_len, k_len)
+scores = torch.randn(3, heads, seq_len, seq_len).to(device)  # (batch, heads, q_len, k_len)
 decoder_mask = fast & causal_mask(seq_len, device=device)  # (3, 1, 1, 6) & (6, 6) -> (3, 1, 6, 6)
 
 # %%
@@ -188,7 +195,7 @@ fig
 
 # %%
 d_k = 8
-x = torch.randn(3, heads, seq_len, d_k, device=device)  # (batch, heads, seq_len, d_k): queries = keys = values
+x = torch.randn(3, heads, seq_len, d_k).to(device)  # (batch, heads, seq_len, d_k): queries = keys = values
 out, weights = scaled_dot_product_attention(x, x, x, decoder_mask)
 fused = F.scaled_dot_product_attention(x, x, x, attn_mask=decoder_mask)
 
@@ -206,6 +213,51 @@ print("positions 0..4 unchanged after changing position 5:",
       torch.allclose(out[:, :, :-1], out_changed[:, :, :-1], atol=1e-6))
 
 # %% [markdown]
+# ## Masking after the softmax, then renormalising
+#
+# The math section claimed that multiplying the weights by the mask and dividing each row by its new sum gives
+# exactly the weights of masking before the softmax. The same scores and the decoder mask as above:
+
+# %%
+before = scores.masked_fill(~decoder_mask, float("-inf")).softmax(dim=-1)  # (batch, heads, q_len, k_len)
+after_only = scores.softmax(dim=-1) * decoder_mask  # zeros in the right places, rows no longer sum to 1
+after_renormalised = after_only / after_only.sum(dim=-1, keepdim=True)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("after the softmax, rows sum to 1:", torch.allclose(after_only.sum(-1), torch.ones(3, heads, seq_len, device=device)))
+print("after, then renormalised == before:", torch.allclose(after_renormalised, before, atol=1e-6))
+
+# %% [markdown]
+# ## See it: attention under the decoder mask
+#
+# Sentence 1 of our batch, head 0, under the combined mask: every row is a distribution over the visible keys
+# only — the lower triangle, minus the two padding columns. The padding *rows* (queries 4 and 5) still attend to
+# the real tokens; their outputs are ignored later by the loss. (The vectors are random, so the weights mean
+# nothing yet; the *pattern* of zeros is the point.)
+
+# %%
+viz.show_attention(weights[1, 0], x_tokens=names, y_tokens=names,
+                   title="Decoder mask: weights only on the past, never on <pad>")
+
+# %% [markdown]
+# ## Play with it
+#
+# Slide the real length of each sentence in a padded batch, switch the causal mask on and off, and pick the
+# sentence to inspect: you see the batch's padding, that sentence's full mask and the weights it produces.
+# Blocked keys get exactly 0. (A static view shows the default: lengths 6 and 4, causal on.)
+
+# %%
+widgets.mask_explorer(lengths=(6, 4), causal=True)
+
+# %% [markdown]
+# ## Going deeper (optional): three corner cases
+#
+# Everything above is what a working Transformer needs. This part looks at three places where from-scratch
+# implementations go wrong: a mask with the opposite convention, a query that may see nothing at all, and
+# half-precision numbers. Exercise 3 below uses the second; chapter 03 reuses its answer.
+
+# %% [markdown]
 # ### The opposite convention: `nn.MultiheadAttention`
 #
 # PyTorch's `nn.MultiheadAttention` takes `key_padding_mask` of shape `(batch, k_len)` with **True = ignore this
@@ -216,7 +268,7 @@ print("positions 0..4 unchanged after changing position 5:",
 # %%
 mha = tfm_lesson.MultiHeadAttention(d_model=16, heads=2).to(device).eval()
 torch_mha = tfm_lesson.to_torch(mha)  # nn.MultiheadAttention(16, 2, batch_first=True), same weights
-h = torch.randn(1, seq_len, 16, device=device)  # (batch, seq_len, d_model): sentence 1, 4 real tokens + 2 pads
+h = torch.randn(1, seq_len, 16).to(device)  # (batch, seq_len, d_model): sentence 1, 4 real tokens + 2 pads
 keep = tokens[1:2] != PAD  # (batch, k_len): True = real token
 ours, _ = mha(h, h, h, mask=keep[:, None, None, :])  # tfm_lesson: True = may attend
 right, _ = torch_mha(h, h, h, key_padding_mask=tfm_lesson.torch_mask(keep))  # ~keep: True = blocked
@@ -229,7 +281,7 @@ print("with keep passed as is: same as tfm_lesson:", torch.allclose(ours, wrong,
 print("  ... weight it puts on the two <pad> keys, per query:", wrong_w[0, :, 4:].sum(-1).round(decimals=2).tolist())
 
 # %% [markdown]
-# ## Fully masked rows: $-\infty$ makes NaN
+# ### Fully masked rows: $-\infty$ makes NaN
 #
 # Can a query have **no** visible key? Yes, and more often than you would think: in a `(batch, 1, q_len,
 # k_len)` mask that also hides padding *queries*, in cross-attention over an empty source, or in a sentence that
@@ -241,12 +293,12 @@ print("  ... weight it puts on the two <pad> keys, per query:", wrong_w[0, :, 4:
 # the gradients of **every** parameter become NaN — one bad row ends the training run. Watch:
 
 # %%
-row_scores = torch.randn(3, 4, device=device)  # (q_len, k_len)
+row_scores = torch.randn(3, 4).to(device)  # (q_len, k_len)
 row_mask = torch.tensor([[True, True, False, False],
                          [False, False, False, False],  # query 1 sees nothing
                          [True, True, True, False]], device=device)
 naive = row_scores.masked_fill(~row_mask, float("-inf")).softmax(dim=-1)  # (q_len, k_len)
-values = torch.randn(4, 2, device=device)  # (k_len, d_v)
+values = torch.randn(4, 2).to(device)  # (k_len, d_v)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -264,8 +316,8 @@ print("and NaN * 0 is still", (torch.tensor(float("nan")) * 0).item())
 # %%
 has_key = row_mask.any(dim=-1, keepdim=True)  # (q_len, 1)
 safe = row_scores.masked_fill(~(row_mask | ~has_key), float("-inf")).softmax(dim=-1).masked_fill(~has_key, 0.0)
-q1 = torch.randn(3, 8, device=device)
-k1 = torch.randn(4, 8, device=device)
+q1 = torch.randn(3, 8).to(device)
+k1 = torch.randn(4, 8).to(device)
 out_pkg, w_pkg = scaled_dot_product_attention(q1, k1, values, row_mask)
 
 # %%
@@ -275,7 +327,7 @@ print("tfm_lesson: weights of row 1 all 0:", bool((w_pkg[1] == 0).all()), " outp
 print("tfm_lesson output has NaN:", bool(torch.isnan(out_pkg).any()))
 
 # %% [markdown]
-# ## Why not $-10^9$? It overflows `float16`
+# ### Why not $-10^9$? It overflows `float16`
 #
 # Many implementations fill with a large negative number such as $-10^9$ instead of $-\infty$, to dodge the NaN.
 # Two problems. First, it does not give zeros: for a fully masked row all scores become $-10^9$, all equal, and
@@ -303,31 +355,11 @@ print("tfm_lesson in float16, NaN:", bool(torch.isnan(scaled_dot_product_attenti
     q1.half(), k1.half(), values.half(), row_mask)[0]).any()))
 
 # %% [markdown]
-# ## See it: attention under the decoder mask
-#
-# Sentence 1 of our batch, head 0, under the combined mask: every row is a distribution over the visible keys
-# only — the lower triangle, minus the two padding columns. The padding *rows* (queries 4 and 5) still attend to
-# the real tokens; their outputs are ignored later by the loss. (The vectors are random, so the weights mean
-# nothing yet; the *pattern* of zeros is the point.)
-
-# %%
-viz.show_attention(weights[1, 0], x_tokens=names, y_tokens=names,
-                   title="Decoder mask: weights only on the past, never on <pad>")
-
-# %% [markdown]
-# ## Play with it
-#
-# Slide the real length of each sentence in a padded batch, switch the causal mask on and off, and pick the
-# sentence to inspect: you see the batch's padding, that sentence's full mask and the weights it produces.
-# Blocked keys get exactly 0. (A static view shows the default: lengths 6 and 4, causal on.)
-
-# %%
-widgets.mask_explorer(lengths=(6, 4), causal=True)
-
-# %% [markdown]
 # ## Exercises
-#
-# ### Exercise 1 — padding mask
+
+# %% [markdown]
+# ### Exercise 1: padding mask
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
 # Write `my_padding_mask(tokens, pad_id)`: `tokens` is `(batch, seq_len)` integer ids. Return a boolean mask
 # shaped `(batch, 1, 1, seq_len)`, True where the token is real (may be attended to). Use the `pad_id` argument —
@@ -344,10 +376,12 @@ def my_padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_padding_mask(my_padding_mask)
 
 # %% [markdown]
-# ### Exercise 2 — causal mask
+# ### Exercise 2: causal mask
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
 # Write `my_causal_mask(size)`, returning a `(size, size)` boolean mask in which query `i` may attend to keys
 # `0..i`, itself included.
@@ -363,15 +397,19 @@ def my_causal_mask(size: int) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_causal_mask(my_causal_mask)
 
 # %% [markdown]
-# ### Exercise 3 — a safe masked softmax
+# ### Exercise 3: a safe masked softmax
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
 #
 # Write `masked_softmax(scores, mask)`: `scores` is `(..., q_len, k_len)`, `mask` is boolean (True = may
 # attend) and broadcasts to it. Return the attention weights: blocked keys get 0, each row with a visible key
 # sums to 1, and a row with **no** visible key is all zeros — never NaN. It must work in `float16` and
-# `bfloat16` too (so: no $-10^9$).
+# `bfloat16` too (so: no $-10^9$). The optional part above explains both rules; the short version: find the rows
+# with no visible key, `has_key = mask.any(dim=-1, keepdim=True)`, keep them finite for the softmax, and zero
+# them after it. Chapter 03 reuses this function.
 
 # %%
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -386,10 +424,12 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_masked_softmax(masked_softmax)
 
 # %% [markdown]
-# ### Exercise 4 — the decoder's mask
+# ### Exercise 4: the decoder's mask
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `decoder_mask(tokens, pad_id)` for a target batch `tokens` `(batch, t)`: the mask of the decoder's
 # self-attention, shaped `(batch, 1, t, t)`, where query `i` may attend to key `j` when `j <= i` **and** key `j`
@@ -407,7 +447,16 @@ def decoder_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_decoder_mask(decoder_mask)
+
+# %% [markdown]
+# ## Check your understanding
+#
+# Pick an answer for each question; the feedback says why it is right or wrong.
+
+# %%
+T.quiz.show("02")
 
 # %% [markdown]
 # ## Summary
@@ -418,8 +467,9 @@ check_decoder_mask(decoder_mask)
 #   hide the future: `tril()` with the diagonal, shape `(q_len, k_len)`. The decoder uses their AND,
 #   `(batch, 1, q_len, k_len)`; broadcasting does the rest.
 # - Masking sets scores to $-\infty$ *before* the softmax: blocked keys get exactly 0, rows still sum to one,
-#   and the hidden positions cannot influence the others (we changed them and nothing moved).
-# - A fully masked row gives $0/0$ = NaN with $-\infty$ and a silent uniform average with $-10^9$; the right
+#   and the hidden positions cannot influence the others (we changed them and nothing moved). Masking the
+#   weights after the softmax and renormalising each row gives the same weights.
+# - (Going deeper.) A fully masked row gives $0/0$ = NaN with $-\infty$ and a silent uniform average with $-10^9$; the right
 #   answer is zeros, which `tfm_lesson` returns. $-10^9$ overflows `float16` (max 65,504): use $-\infty$.
 #
 # Next, chapter 03 runs several attentions side by side: multi-head attention, with these masks broadcast over

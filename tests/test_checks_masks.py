@@ -138,3 +138,8 @@ def test_decoder_mask_reference_passes(capsys: pytest.CaptureFixture) -> None:
 ])
 def test_decoder_mask_mistakes(fn, hint: str) -> None:
     _raises(check_decoder_mask, fn, hint)
+
+
+def test_masked_softmax_stub_asks_for_weights_not_a_boolean_mask() -> None:
+    with pytest.raises(Mistake, match=re.escape("expected a tensor of weights; did you forget a `return`")):
+        check_masked_softmax(lambda scores, mask: None)

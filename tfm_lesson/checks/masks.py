@@ -24,10 +24,10 @@ POLARITY_HINT = ("True must mean MAY attend (the convention of F.scaled_dot_prod
                  "nn.MultiheadAttention uses the opposite, True = blocked.")
 
 
-def _tensor(result: object, what: str) -> Tensor:
+def _tensor(result: object, what: str, kind: str = "a boolean torch.Tensor") -> Tensor:
     if not isinstance(result, Tensor):
-        raise Mistake(f"{what} returned {type(result).__name__}, expected a boolean torch.Tensor; did you forget "
-                      "a `return`?")
+        raise Mistake(f"{what} returned {type(result).__name__}, expected {kind}"
+                      + ("; did you forget a `return`?" if result is None else ""))
     return result
 
 
@@ -145,7 +145,8 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     ]
     for dtype, mask, label in cases:
         scores = (torch.randn(batch, HEADS, q_len, k_len, generator=g, dtype=torch.float64) * 2).to(dtype)
-        got = _tensor(call(fn, scores.clone(), mask, what="masked_softmax(scores, mask)"), "masked_softmax")
+        got = _tensor(call(fn, scores.clone(), mask, what="masked_softmax(scores, mask)"), "masked_softmax",
+                      "a tensor of weights")
         expected = _masked_softmax_reference(scores, mask)
         plain = torch.softmax(scores, dim=-1)
         diagnose(got, expected, {
@@ -169,7 +170,8 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         scores = (torch.randn(batch, HEADS, q_len, k_len, generator=g, dtype=torch.float64) * 2).to(dtype)
         try:
-            got = _tensor(call(fn, scores.clone(), mask, what="masked_softmax(scores, mask)"), "masked_softmax")
+            got = _tensor(call(fn, scores.clone(), mask, what="masked_softmax(scores, mask)"), "masked_softmax",
+                      "a tensor of weights")
         except Mistake as exc:
             if "overflow" in str(exc):
                 raise Mistake(f"{exc}. In {dtype}: -1e9 does not fit (float16's largest magnitude is 65504). Fill "
