@@ -199,3 +199,16 @@ def test_budget_mistakes(fn, hint):
     with pytest.raises(Mistake) as info:
         check_layer_budget(fn)
     assert hint in str(info.value), str(info.value)
+
+
+def test_a_stub_is_not_written_yet():
+    class Stub(nn.Module):
+        def __init__(self, d_model, d_ff, dropout=0.1):
+            super().__init__()
+            ...  # your turn
+
+        def forward(self, x):
+            ...  # your turn
+
+    with pytest.raises(Mistake, match="feed-forward network is not written yet"):
+        check_feed_forward(Stub)

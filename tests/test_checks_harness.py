@@ -195,7 +195,7 @@ def causal_with_device(tokens: torch.Tensor) -> torch.Tensor:
 
 def test_a_tensor_built_without_device_is_caught_without_a_gpu() -> None:
     tokens = torch.tensor([[3, 4, 0]])
-    with pytest.raises(Mistake, match="returns a tensor on cpu when the input is on meta"):
+    with pytest.raises(Mistake, match="returns a tensor on cpu when `tokens` is on meta: build new tensors on `tokens.device`"):
         check_device_placement(causal_without_device, tokens, what="your causal mask")
     check_device_placement(causal_with_device, tokens, what="your causal mask")
 

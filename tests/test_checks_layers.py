@@ -18,7 +18,8 @@ def test_references_pass(capsys):
     check_decoder_layer(T.DecoderLayer)
     check_encoder(T.Encoder)
     check_decoder(T.Decoder)
-    check_target_mask(lambda tgt, pad_id: T.combine_masks(T.padding_mask(tgt, pad_id), T.causal_mask(tgt.size(1))))
+    check_target_mask(lambda tgt, pad_id: T.combine_masks(T.padding_mask(tgt, pad_id),
+                                                         T.causal_mask(tgt.size(1), device=tgt.device)))
     check_load_encoder_layer(lambda ours, theirs: ours.load_state_dict(T.from_torch(theirs).state_dict()))
     assert capsys.readouterr().out.count("passed") == 6
 
@@ -162,6 +163,14 @@ def test_target_mask_mistakes(fn, hint):
     fails(check_target_mask, fn, hint)
 
 
+def test_target_mask_built_on_the_cpu_is_caught_without_a_gpu():
+    # right values, but the triangle ignores tgt's device: on a GPU the model would crash; the meta device finds it
+    fails(check_target_mask, lambda tgt, p: T.combine_masks(T.padding_mask(tgt, p), T.causal_mask(tgt.size(1))),
+          "build new tensors on `tgt.device`")
+    fails(check_target_mask, lambda tgt, p: (tgt != p)[:, None, None, :] & torch.ones(tgt.size(1), tgt.size(1)).tril(),
+          "build the triangle as a boolean tensor")
+
+
 # loading torch weights --------------------------------------------------------------------------------------------
 def _load_swapped(ours, theirs):
     d = ours.d_model
@@ -185,3 +194,130 @@ def test_load_mistakes():
     fails(check_load_encoder_layer, _load_swapped, "belong to W^K", "stacks W^Q, W^K, W^V")
     fails(check_load_encoder_layer, _load_transposed, "is transposed")
     fails(check_load_encoder_layer, _load_without_no_grad, "torch.no_grad()")
+
+
+# the slips that used to get only "does not match" ------------------------------------------------------------------
+class EncoderNoResidualAttn(T.EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.norm1(self.self_attn(x, x, x, mask)[0])  # no x + ...
+        return self.norm2(x + self.feed_forward(x))
+
+
+class EncoderTuple(T.EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, mask))  # forgot [0]
+        return self.norm2(x + self.feed_forward(x))
+
+
+class StubLayer(nn.Module):
+    def __init__(self, d_model, heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        ...  # your turn
+
+    def forward(self, x, *args, **kwargs):
+        ...  # your turn
+
+
+class StubStack(nn.Module):
+    def __init__(self, d_model, heads, d_ff, num_layers, dropout=0.1, norm_first=False):
+        super().__init__()
+        ...  # your turn
+
+    def forward(self, x, *args, **kwargs):
+        ...  # your turn
+
+
+class DecoderSwappedMasks(T.DecoderLayer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return super().forward(x, memory, memory_mask, tgt_mask)
+
+
+class DecoderNoResidualCross(T.DecoderLayer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), tgt_mask)[0]
+            x = self.cross_attn(self.norm2(x), memory, memory, memory_mask)[0]
+            return x + self.feed_forward(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(self.cross_attn(x, memory, memory, memory_mask)[0])  # no x + ...
+        return self.norm3(x + self.feed_forward(x))
+
+
+class DecoderNormalisedMemory(T.DecoderLayer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, tgt_mask, memory_mask)
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, tgt_mask)[0]
+        h, m = self.norm2(x), self.norm2(memory)  # the memory is normalised too
+        x = x + self.cross_attn(h, m, m, memory_mask)[0]
+        return x + self.feed_forward(self.norm3(x))
+
+
+class DecoderTuple(T.DecoderLayer):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(x, memory, memory, memory_mask))  # forgot [0]
+        return self.norm3(x + self.feed_forward(x))
+
+
+class EncoderNormFirstNotPassed(T.Encoder):
+    def __init__(self, d_model, heads, d_ff, num_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, heads, d_ff, num_layers, dropout, norm_first)
+        self.layers = nn.ModuleList(T.EncoderLayer(d_model, heads, d_ff, dropout) for _ in range(num_layers))
+
+
+class EncoderMaskFirstOnly(T.Encoder):
+    def forward(self, x, mask=None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask if i == 0 else None)
+        return x if self.norm is None else self.norm(x)
+
+
+class DecoderPreviousAsMemory(T.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, x, tgt_mask, memory_mask)  # the previous output used as memory
+        return x if self.norm is None else self.norm(x)
+
+
+class DecoderMaskFirstOnly(T.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, *((tgt_mask, memory_mask) if i == 0 else (None, None)))
+        return x if self.norm is None else self.norm(x)
+
+
+class DecoderNormFirstNotPassed(T.Decoder):
+    def __init__(self, d_model, heads, d_ff, num_layers, dropout=0.1, norm_first=False):
+        super().__init__(d_model, heads, d_ff, num_layers, dropout, norm_first)
+        self.layers = nn.ModuleList(T.DecoderLayer(d_model, heads, d_ff, dropout) for _ in range(num_layers))
+
+
+class DecoderStackSwappedMasks(T.Decoder):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, memory_mask, tgt_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+@pytest.mark.parametrize("checker, candidate, hints", [
+    (check_encoder_layer, EncoderNoResidualAttn, ["residual connection is missing around self-attention"]),
+    (check_encoder_layer, EncoderTuple, ["(output, weights)", "`[0]`"]),
+    (check_encoder_layer, StubLayer, ["not written yet"]),
+    (check_decoder_layer, StubLayer, ["not written yet"]),
+    (check_encoder, StubStack, ["not written yet"]),
+    (check_decoder, StubStack, ["not written yet"]),
+    (check_decoder_layer, DecoderSwappedMasks, ["tgt_mask and memory_mask are swapped"]),
+    (check_decoder_layer, DecoderNoResidualCross, ["residual connection is missing around cross-attention"]),
+    (check_decoder_layer, DecoderNormalisedMemory, ["the memory is normalised too"]),
+    (check_decoder_layer, DecoderTuple, ["`[0]`"]),
+    (check_encoder, EncoderNormFirstNotPassed, ["do not get norm_first=True"]),
+    (check_encoder, EncoderMaskFirstOnly, ["masks reach the first layer only"]),
+    (check_decoder, DecoderPreviousAsMemory, ["previous layer's output as its memory"]),
+    (check_decoder, DecoderMaskFirstOnly, ["masks reach the first layer only"]),
+    (check_decoder, DecoderNormFirstNotPassed, ["do not get norm_first=True"]),
+    (check_decoder, DecoderStackSwappedMasks, ["reach the layers swapped"]),
+])
+def test_common_slips_are_named(checker, candidate, hints):
+    fails(checker, candidate, *hints)

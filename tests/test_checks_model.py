@@ -112,3 +112,24 @@ def test_parameter_count_mistakes():
     fails(check_parameter_count, no_cross, "cross-attention is missing")
     fails(check_parameter_count, no_norms, "layer norms are missing")
     fails(check_parameter_count, lambda c: formula(c) / 1, "return an int")
+
+
+# exercise stubs, as the student copy has them, are "not written yet" ------------------------------------------------
+class StubModule(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        ...  # your turn
+
+    def forward(self, x):
+        ...  # your turn
+
+
+@pytest.mark.parametrize("checker, stub", [
+    (check_scaled_embedding, StubModule),
+    (check_generator, StubModule),
+    (check_tie_weights, lambda embedding, generator: None),
+    (check_parameter_count, lambda config: None),
+])
+def test_stubs_are_not_written_yet(checker, stub):
+    with pytest.raises(Mistake, match="not written yet"):
+        checker(stub)

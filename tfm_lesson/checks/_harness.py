@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["Mistake", "passed", "output_of", "close", "expect", "diagnose", "call", "time_limit", "TIME_LIMIT",
-           "explain_exception", "run_on_device", "check_device_placement", "to_device", "to_cpu"]
+           "expect_written", "explain_exception", "run_on_device", "check_device_placement", "to_device", "to_cpu"]
 
 #: Seconds the learner's code may run in one call before a checker stops it (``TFM_CHECK_TIME_LIMIT`` overrides).
 TIME_LIMIT: float = float(os.environ.get("TFM_CHECK_TIME_LIMIT", "30"))
@@ -133,6 +133,13 @@ def expect(condition: bool, message: str) -> None:
         raise Mistake(message)
 
 
+def expect_written(module: nn.Module, what: str) -> None:
+    """An exercise stub (``__init__`` that builds nothing) gets "not written yet", not a list of missing weights."""
+    if not any(True for _ in module.parameters()) and not any(True for _ in module.children()):
+        raise Mistake(f"your {what} is not written yet: its __init__ builds no sub-modules, so it has no parameters. "
+                      f"Build the parts in __init__ (as attributes of self), then write forward")
+
+
 # a time limit on the learner's code -----------------------------------------------------------------------------------
 class _OutOfTime(BaseException):
     """Raised inside the learner's code when its time is up (a BaseException, so `except Exception:` in the learner's
@@ -227,10 +234,21 @@ def time_limit(seconds: float | None = None, what: str = "your code", mechanism:
 _DEVICE_WORDS = ("same device", "expected device", "found at least two devices", "Expected all tensors")
 
 
+def _mentions_devices(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an exception it was raised from is PyTorch's device mismatch."""
+    for _ in range(5):
+        if exc is None:
+            return False
+        if any(w in str(exc) for w in _DEVICE_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def explain_exception(exc: BaseException) -> str | None:
     """A hint for the exceptions that common slips raise, or None."""
     text = str(exc)
-    if any(w in text for w in _DEVICE_WORDS):
+    if _mentions_devices(exc):
         return ("your code mixes tensors on two devices (CPU and GPU). Build every new tensor on the device of the "
                 "input it goes with: `torch.ones(n, n, dtype=torch.bool, device=tokens.device)`, or "
                 "`.to(x.device)`; build your mask on `tokens.device`")
@@ -320,30 +338,32 @@ def run_on_device(fn: Callable, *args: Any, what: str = "your code", device: tor
     return to_cpu(result)
 
 
-def check_device_placement(fn: Callable, *args: Any, what: str = "your function", argument: str = "the input",
+def check_device_placement(fn: Callable, *args: Any, what: str = "your function", argument: str = "tokens",
                            device: torch.device | str | None = None, **kwargs: Any) -> None:
     """Run ``fn`` on copies of its tensor arguments placed on ``device`` (default: the chapter's GPU when there is
     one, else PyTorch's ``meta`` device, which holds shapes and no numbers, so the check runs on any machine) and
     check that every tensor it returns is on that device. A tensor built without ``device=`` lands on the CPU: the
-    learner learns it here instead of from a crash on a GPU."""
+    learner learns it here instead of from a crash next to a model on the GPU. ``argument`` names the input the
+    learner should take the device from."""
     if device is None:
         device = _chapter_device()
         device = torch.device("meta") if device.type == "cpu" else device
     device = torch.device(device)
+    fix = f"build new tensors on `{argument}.device` (`torch.ones(n, n, dtype=torch.bool, device={argument}.device)`)"
     try:
         with time_limit(None, what=what):
             result = fn(*to_device(args, device), **to_device(kwargs, device))
     except Mistake:
         raise
     except Exception as exc:
-        if any(w in str(exc) for w in _DEVICE_WORDS):
-            raise Mistake(f"{what} mixes devices when {argument} is on {device.type}: it builds a tensor on the CPU "
-                          f"and combines it with {argument}. Build new tensors on {argument}'s device (`device="
-                          f"tokens.device`): build your mask on `tokens.device`") from exc
+        if _mentions_devices(exc):
+            raise Mistake(f"{what} mixes devices when `{argument}` is on another device than the CPU (here: "
+                          f"{device.type}): it builds a tensor on the CPU and combines it with `{argument}`; "
+                          f"{fix}") from exc
         return  # something the meta device cannot do (reading values, say): nothing to conclude
     outputs = [result] if isinstance(result, Tensor) else [r for r in result if isinstance(r, Tensor)] \
         if isinstance(result, (tuple, list)) else []
     for out in outputs:
         expect(out.device.type == device.type,
-               f"{what} returns a tensor on {out.device.type} when {argument} is on {device.type}: build it on "
-               f"{argument}'s device (`device=tokens.device`), or it will crash next to a model on the GPU")
+               f"{what} returns a tensor on {out.device.type} when `{argument}` is on {device.type}: {fix}, or it "
+               "will crash next to a model on the GPU")

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ..encoder import EncoderLayer
 from ..feedforward import PositionwiseFeedForward
-from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
+from ._harness import Mistake, call, close, diagnose, expect, expect_written, output_of, passed
 
 __all__ = ["check_feed_forward", "check_gelu", "check_layer_budget"]
 
@@ -86,6 +86,7 @@ def check_feed_forward(cls: type, trials: int = 4, seed: int = 0) -> None:
         module = call(cls, d_model, d_ff, **kwargs, what=f"{cls_name}({d_model}, {d_ff}"
                       + (f", activation={activation!r})" if kwargs else ")"))
         expect(isinstance(module, nn.Module), "your feed-forward network must be an nn.Module.")
+        expect_written(module, "feed-forward network")
         module = module.to(dtype).eval()
         w_1 = _linear(module, "w_1", d_model, d_ff, d_model, d_ff)
         w_2 = _linear(module, "w_2", d_ff, d_model, d_model, d_ff)

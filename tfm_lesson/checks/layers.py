@@ -6,6 +6,7 @@ compares the learner's output with what each classic mistake would produce, to n
 """
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ from .. import masks as M
 from ..decoder import Decoder, DecoderLayer
 from ..encoder import Encoder, EncoderLayer
 from ..interop import from_torch
-from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
+from ._harness import Mistake, call, check_device_placement, close, diagnose, expect, expect_written, output_of, passed
 
 __all__ = ["check_encoder_layer", "check_decoder_layer", "check_encoder", "check_decoder", "check_target_mask",
            "check_load_encoder_layer"]
@@ -61,6 +62,7 @@ def _build(cls: type, what: str, *args: Any, **kwargs: Any) -> nn.Module:
 
 def _load(learner: nn.Module, ref: nn.Module, what: str) -> None:
     """Copy the reference's weights into the learner's module, naming missing or extra parameters."""
+    expect_written(learner, what)
     try:
         missing, unexpected = learner.load_state_dict(ref.state_dict(), strict=False)
     except RuntimeError as exc:
@@ -121,17 +123,33 @@ def _grads_match(learner: nn.Module, ref: nn.Module, out: Tensor, expected: Tens
 
 
 # the encoder layer ----------------------------------------------------------------------------------------------
-def _encoder_variant(ref: EncoderLayer, x: Tensor, mask: Tensor | None, norm_first: bool, residual: bool = True,
+def _residual(skip: tuple[int, ...], i: int) -> Callable[[Tensor], Tensor]:
+    """The residual term of sub-layer ``i``: the input itself, or nothing when ``i`` is in ``skip``."""
+    return (lambda h: torch.zeros_like(h)) if i in skip else (lambda h: h)
+
+
+def _encoder_variant(ref: EncoderLayer, x: Tensor, mask: Tensor | None, norm_first: bool, skip: tuple[int, ...] = (),
                      same_norm: bool = False) -> Tensor:
-    """What an encoder layer computes with the given (possibly wrong) choices, from the reference's parts."""
+    """What an encoder layer computes with the given (possibly wrong) choices, from the reference's parts;
+    ``skip`` lists the sub-layers (1 attention, 2 feed-forward) whose residual is missing."""
     norm2 = ref.norm1 if same_norm else ref.norm2
-    r = (lambda h: h) if residual else (lambda h: torch.zeros_like(h))
+    r1, r2 = _residual(skip, 1), _residual(skip, 2)
     attend = lambda h: ref.self_attn(h, h, h, mask)[0]  # noqa: E731
     if norm_first:
-        x = r(x) + attend(ref.norm1(x))
-        return r(x) + ref.feed_forward(norm2(x))
-    x = ref.norm1(r(x) + attend(x))
-    return norm2(r(x) + ref.feed_forward(x))
+        x = r1(x) + attend(ref.norm1(x))
+        return r2(x) + ref.feed_forward(norm2(x))
+    x = ref.norm1(r1(x) + attend(x))
+    return norm2(r2(x) + ref.feed_forward(x))
+
+
+def _missing_residuals(variant: Callable[[tuple[int, ...]], Tensor], names: list[str], norm_first: bool) -> dict:
+    """Suspects for a residual connection missing in one sub-layer or in all of them."""
+    shape = "x + Sublayer(LayerNorm(x))" if norm_first else "LayerNorm(x + Sublayer(x))"
+    out = {f"the residual connection is missing around {name}: that sub-layer computes "
+           f"{shape.replace('x + ', '')} instead of {shape}": variant((i,)) for i, name in enumerate(names, 1)}
+    out[f"the residual connections are missing: every sub-layer should compute {shape}, yours drops the `x + `"] = \
+        variant(tuple(range(1, len(names) + 1)))
+    return out
 
 
 def _norm_names(norm_first: bool) -> tuple[str, str]:
@@ -163,8 +181,8 @@ def check_encoder_layer(cls: type) -> None:
                 "not passed on to self_attn(x, x, x, mask)?)": _encoder_variant(ref, x, None, norm_first),
                 f"the layer norms are in the wrong place: norm_first={norm_first} asks for {want}, your output "
                 f"matches {other}": _encoder_variant(ref, x, mask, not norm_first),
-                "the output looks like LayerNorm(Sublayer(x)): the residual connection `x + ...` is missing":
-                    _encoder_variant(ref, x, mask, norm_first, residual=False),
+                **_missing_residuals(lambda skip: _encoder_variant(ref, x, mask, norm_first, skip),
+                                     ["self-attention", "the feed-forward network"], norm_first),
                 "the output looks as if norm1 was used for both sub-layers: the feed-forward sub-layer has its own "
                 "norm2": _encoder_variant(ref, x, mask, norm_first, same_norm=True),
             }
@@ -200,25 +218,32 @@ def check_encoder_layer(cls: type) -> None:
 # the decoder layer ----------------------------------------------------------------------------------------------
 def _decoder_variant(ref: DecoderLayer, x: Tensor, memory: Tensor, tgt_mask: Tensor | None,
                      memory_mask: Tensor | None, norm_first: bool, cross: str = "right",
-                     residual: bool = True) -> Tensor:
-    r = (lambda h: h) if residual else (lambda h: torch.zeros_like(h))
+                     skip: tuple[int, ...] = (), norm_memory: bool = False) -> Tensor:
+    """What a decoder layer computes with the given (possibly wrong) choices; ``skip`` lists the sub-layers
+    (1 self-attention, 2 cross-attention, 3 feed-forward) whose residual is missing; ``norm_memory`` normalises the
+    memory with norm2 as well as the query (a pre-norm slip)."""
+    r1, r2, r3 = _residual(skip, 1), _residual(skip, 2), _residual(skip, 3)
     self_attend = lambda h: ref.self_attn(h, h, h, tgt_mask)[0]  # noqa: E731
+    mem = ref.norm2(memory) if norm_memory else memory
 
     def cross_attend(h: Tensor) -> Tensor:
-        q, kv = {"right": (h, memory), "memory_query": (memory, h), "self": (h, h)}[cross]
+        q, kv = {"right": (h, mem), "memory_query": (mem, h), "self": (h, h)}[cross]
         return ref.cross_attn(q, kv, kv, memory_mask if cross != "self" else tgt_mask)[0]
 
     if norm_first:
-        x = r(x) + self_attend(ref.norm1(x))
-        x = r(x) + cross_attend(ref.norm2(x))
-        return r(x) + ref.feed_forward(ref.norm3(x))
-    x = ref.norm1(r(x) + self_attend(x))
-    x = ref.norm2(r(x) + cross_attend(x))
-    return ref.norm3(r(x) + ref.feed_forward(x))
+        x = r1(x) + self_attend(ref.norm1(x))
+        x = r2(x) + cross_attend(ref.norm2(x))
+        return r3(x) + ref.feed_forward(ref.norm3(x))
+    x = ref.norm1(r1(x) + self_attend(x))
+    x = ref.norm2(r2(x) + cross_attend(x))
+    return ref.norm3(r3(x) + ref.feed_forward(x))
 
 
 CROSS_QUERY = ("cross-attention is fed the wrong query: queries come from the decoder (x, one per target "
                "position), keys and values from the memory: cross_attn(x, memory, memory, memory_mask)")
+SWAPPED = ("tgt_mask and memory_mask are swapped: self-attention takes tgt_mask (causal and padding, (batch, 1, t, t)), "
+           "cross-attention takes memory_mask (the source's padding, (batch, 1, 1, s)): "
+           "self_attn(x, x, x, tgt_mask) and cross_attn(x, memory, memory, memory_mask)")
 FUTURE = ("the future leaks: changing a later target position changed earlier outputs. Self-attention must use "
           "tgt_mask (causal and padding): self_attn(x, x, x, tgt_mask)")
 
@@ -246,13 +271,20 @@ def check_decoder_layer(cls: type) -> None:
             out = output_of(_run(learner, x, memory, tgt_mask, memory_mask, what="your DecoderLayer"))
         except Mistake as exc:
             if src_len != tgt_len and ("size" in str(exc) or "length" in str(exc) or "shape" in str(exc)):
-                raise Mistake(f"{exc}\nWith a source longer than the target this fails: {CROSS_QUERY}") from exc
+                raise Mistake(f"{exc}\nWith a source longer than the target this fails. Either {CROSS_QUERY}; or "
+                              f"{SWAPPED}") from exc
             raise
         expected = ref(x_ref, memory, tgt_mask, memory_mask)
         want, other = _norm_names(norm_first)
         args = (x, memory, tgt_mask, memory_mask, norm_first)
         with torch.no_grad():
-            suspects = {CROSS_QUERY: _decoder_variant(ref, *args, cross="memory_query")} if src_len == tgt_len else {}
+            suspects = {CROSS_QUERY: _decoder_variant(ref, *args, cross="memory_query"),
+                        SWAPPED: _decoder_variant(ref, x, memory, memory_mask, tgt_mask, norm_first),
+                        } if src_len == tgt_len else {}
+            if norm_first:
+                suspects["the memory is normalised too: in pre-norm only the decoder's stream goes through norm2, "
+                         "cross_attn(norm2(x), memory, memory, memory_mask); the memory is already normalised by the "
+                         "encoder's final norm"] = _decoder_variant(ref, *args, norm_memory=True)
             suspects.update({
                 "cross-attention never looks at the memory: it attends over x again. Use "
                 "cross_attn(x, memory, memory, memory_mask)": _decoder_variant(ref, *args, cross="self"),
@@ -260,12 +292,12 @@ def check_decoder_layer(cls: type) -> None:
                     _decoder_variant(ref, x, memory, None, memory_mask, norm_first),
                 "padding in the memory changes the output: pass memory_mask to cross-attention":
                     _decoder_variant(ref, x, memory, tgt_mask, None, norm_first),
-                "tgt_mask and memory_mask look swapped or both ignored": _decoder_variant(
-                    ref, x, memory, None, None, norm_first),
+                "both masks are ignored: pass tgt_mask to self-attention and memory_mask to cross-attention":
+                    _decoder_variant(ref, x, memory, None, None, norm_first),
                 f"the layer norms are in the wrong place: norm_first={norm_first} asks for {want}, your output "
                 f"matches {other}": _decoder_variant(ref, x, memory, tgt_mask, memory_mask, not norm_first),
-                "the output looks like LayerNorm(Sublayer(x)): the residual connections `x + ...` are missing":
-                    _decoder_variant(ref, *args, residual=False),
+                **_missing_residuals(lambda skip: _decoder_variant(ref, *args, skip=skip),
+                                     ["self-attention", "cross-attention", "the feed-forward network"], norm_first),
             })
         diagnose(out.detach(), expected.detach(), suspects,
                  f"your DecoderLayer (norm_first={norm_first}) does not match tfm_lesson.DecoderLayer: masked "
@@ -300,6 +332,7 @@ def _check_stack(cls: type, decoder: bool) -> None:
                f"your {what} has the parameters of one layer, not {num_layers}: all layers share one set of weights. "
                f"Build a new layer for each position (`nn.ModuleList({what}Layer(...) for _ in range(num_layers))`), "
                "not `[layer] * num_layers`")
+        expect_written(learner, what)
         expect(n_learner != 0, f"your {what} has no parameters: build num_layers layers and keep them in an nn.ModuleList "
                "called `layers` (a plain Python list hides them from PyTorch)")
         _load(learner, ref, what)
@@ -310,24 +343,29 @@ def _check_stack(cls: type, decoder: bool) -> None:
         layers = list(ref.layers)
         with torch.no_grad():
             if decoder:
-                src_len = length + 2
+                src_len = length if not norm_first else length + 2  # equal lengths first: a wrong memory still runs
                 memory = torch.randn(batch, src_len, d_model)
                 memory_mask, _ = _lengths_mask(rng, batch, src_len)
                 tgt_mask = M.combine_masks(mask, M.causal_mask(length))
                 out = output_of(_run(learner, x, memory, tgt_mask, memory_mask, what=f"your {what}"))
                 expected = ref(x, memory, tgt_mask, memory_mask)
-                run = lambda h, i, tm, mm: layers[i](h, memory, tm, mm)  # noqa: E731
+                run = lambda h, i, tm, mm, ls=layers: ls[i](h, memory, tm, mm)  # noqa: E731
                 masks_ok, masks_none = (tgt_mask, memory_mask), (None, None)
             else:
                 out = output_of(_run(learner, x, mask, what=f"your {what}"))
                 expected = ref(x, mask)
-                run = lambda h, i, m, _: layers[i](h, m)  # noqa: E731
+                run = lambda h, i, m, _, ls=layers: ls[i](h, m)  # noqa: E731
                 masks_ok, masks_none = (mask, None), (None, None)
+            flipped = [copy.deepcopy(layer) for layer in layers]  # the layers built without norm_first
+            for layer in flipped:
+                layer.norm_first = not layer.norm_first
 
-            def chain(masks: tuple, final_norm: bool = True, restart: bool = False) -> Tensor:
+            def chain(masks: tuple, final_norm: bool = True, restart: bool = False, first_only: bool = False,
+                      stack: list | None = None) -> Tensor:
                 h = x
                 for i in range(len(layers)):
-                    h = run(x if restart else h, i, *masks)
+                    h = run(x if restart else h, i, *(masks if i == 0 or not first_only else masks_none),
+                            ls=stack or layers)
                 return ref.norm(h) if final_norm and ref.norm is not None else h
 
             suspects = {
@@ -336,6 +374,23 @@ def _check_stack(cls: type, decoder: bool) -> None:
                 f"each layer is applied to the stack's input instead of the previous layer's output: write "
                 f"`x = layer(x, ...)` in the loop": chain(masks_ok, restart=True),
             }
+            suspects[f"the masks reach the first layer only: pass them to every layer in the loop, "
+                     f"`x = layer(x, {'memory, tgt_mask, memory_mask' if decoder else 'mask'})`"] = \
+                chain(masks_ok, first_only=True)
+            suspects[f"your layers do not get norm_first={norm_first}: build every layer with the stack's settings, "
+                     f"`{what}Layer(d_model, heads, d_ff, dropout, norm_first)`"] = chain(masks_ok, stack=flipped)
+            if decoder and src_len == length:
+                def previous_as_memory() -> Tensor:
+                    h = x
+                    for layer in layers:
+                        h = layer(h, h, tgt_mask, memory_mask)
+                    return ref.norm(h) if ref.norm is not None else h
+
+                suspects["each layer gets the previous layer's output as its memory: every decoder layer attends "
+                         "to the *same* memory, the encoder's output: `x = layer(x, memory, tgt_mask, memory_mask)`"
+                         ] = previous_as_memory()
+                suspects["tgt_mask and memory_mask reach the layers swapped: the order is "
+                         "`layer(x, memory, tgt_mask, memory_mask)`"] = chain((memory_mask, tgt_mask))
             if ref.norm is not None:
                 suspects["the final LayerNorm is missing: a pre-norm stack (norm_first=True) ends with `self.norm`, "
                          "since its last residual stream is otherwise never normalised"] = chain(masks_ok, False)
@@ -404,6 +459,7 @@ def check_target_mask(fn: Callable) -> None:
                 raise Mistake(hint)
         raise Mistake(f"your mask differs from padding_mask(tgt, pad_id) & causal_mask(tgt_len) for tgt={tgt.tolist()}"
                       f", pad_id={pad_id}")
+    check_device_placement(fn, tgt, pad_id, what="your target-mask function", argument="tgt")
     passed("check_target_mask", "causal and padding combined, True = may attend, (batch, 1, tgt_len, tgt_len)")
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model import Transformer, TransformerConfig, count_parameters
-from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
+from ._harness import Mistake, call, close, diagnose, expect, expect_written, output_of, passed
 
 __all__ = ["check_scaled_embedding", "check_generator", "check_tie_weights", "check_parameter_count"]
 
@@ -33,6 +33,7 @@ def check_scaled_embedding(cls: type) -> None:
         vocab, d_model = rng.randint(5, 30), rng.choice([8, 16, 36, 64])
         module = call(cls, vocab, d_model, what=f"Embeddings({vocab}, {d_model})")
         expect(isinstance(module, nn.Module), f"Embeddings(...) should build an nn.Module, got {type(module).__name__}")
+        expect_written(module, "Embeddings")
         table = _only(module, nn.Embedding, "Embeddings", "embedding")
         expect(tuple(table.weight.shape) == (vocab, d_model),
                f"the embedding table should be (vocab, d_model) = {(vocab, d_model)}, got {tuple(table.weight.shape)}")
@@ -64,6 +65,7 @@ def check_generator(cls: type) -> None:
         d_model, vocab = rng.choice([8, 12, 16]), rng.randint(5, 20)
         module = call(cls, d_model, vocab, what=f"Generator({d_model}, {vocab})")
         expect(isinstance(module, nn.Module), f"Generator(...) should build an nn.Module, got {type(module).__name__}")
+        expect_written(module, "Generator")
         proj = _only(module, nn.Linear, "Generator", "proj")
         expect((proj.in_features, proj.out_features) == (d_model, vocab),
                f"the projection should be nn.Linear(d_model, vocab) = ({d_model}, {vocab}), got "
@@ -92,7 +94,11 @@ def check_tie_weights(fn: Callable) -> None:
     torch.manual_seed(23)
     vocab, d_model = 11, 8
     embedding, generator = nn.Embedding(vocab, d_model), nn.Linear(d_model, vocab, bias=False)
+    original, before = generator.weight, generator.weight.detach().clone()
     result = call(fn, embedding, generator, what="your tie_weights")
+    expect(generator.weight is not original or not torch.equal(original.detach(), before),
+           "your tie_weights is not written yet: it left the generator untouched. Make the generator use the "
+           "embedding's weight: generator.weight = embedding.weight")
     expect(result is None or result is generator,
            "tie the weights in place (assign generator.weight) and return nothing; the checker inspects the modules "
            "it passed in")
@@ -151,6 +157,8 @@ def check_parameter_count(fn: Callable) -> None:
     for c in configs:
         truth = count_parameters(Transformer(c)) if c.d_model < 64 else _formula(c)
         got = call(fn, replace(c), what="your parameter-count function")
+        expect(got is not None, "your parameter-count function is not written yet: it returns None. Return the count "
+               "as an int")
         expect(isinstance(got, int) and not isinstance(got, bool),
                f"return an int, got {type(got).__name__} ({got!r}); use integer arithmetic (// not /)")
         if got == truth:
