@@ -253,6 +253,50 @@ def test_read_tsv(tmp_path):
     assert_disjoint(data)
 
 
+def test_read_tsv_refuses_other_encodings_naming_file_and_line(tmp_path):
+    path = tmp_path / "latin1.tsv"
+    path.write_bytes("Go.\tVa !\nSummer.\t\u00c9t\u00e9.\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.tsv is not UTF-8 text: line 2 holds the byte 0xc9") as err:
+        read_tsv(path)
+    assert "iconv" in str(err.value) and err.value.__cause__ is None
+    bom = tmp_path / "bom.tsv"
+    bom.write_bytes("\ufeffGo.\tVa !\n".encode("utf-8"))  # a UTF-8 byte-order mark is fine
+    assert read_tsv(bom) == [("Go.", "Va !")]
+    with pytest.raises(ValueError, match="max_pairs"):
+        read_tsv(bom, max_pairs=-1)
+
+
+def test_from_pairs_drops_pairs_too_long_for_max_len():
+    pairs = [(f"a{i} b{i}", f"x{i}") for i in range(20)]
+    pairs.insert(5, (" ".join(["w"] * 9), "y"))  # 9 source tokens + </s> = 10 positions
+    pairs.insert(9, ("z", " ".join(["v"] * 12)))  # 12 target tokens + <s> = 13 positions
+    data = from_pairs(pairs, valid=2, test=2, max_len=10)
+    assert data.info["too_long"] == 1 and len(data.train) + len(data.valid) + len(data.test) == 21
+    data = from_pairs(pairs, valid=2, test=2, max_len=9)
+    assert data.info["too_long"] == 2 and "w" not in data.src_vocab
+    assert from_pairs(pairs, valid=2, test=2).info["too_long"] == 0
+    with pytest.raises(ValueError, match="max_len must be an int >= 2"):
+        from_pairs(pairs, max_len=1)
+    with pytest.raises(ValueError, match=r"few.tsv: 2 distinct source sentence\(s\), 1 more too long"):
+        from_pairs([("a", "b"), ("c", "d"), ("e f g h", "i")], valid=1, test=1, max_len=3, name="few.tsv")
+
+
+def test_batches_start_and_shards_follow_batch_order():
+    from tfm_lesson.data.batching import batch_order
+
+    data = load_task("copy", n_train=90, n_valid=5, n_test=5, min_len=3, max_len=5, vocab_size=8)
+    plan = batch_order(data.train, data.src_vocab, data.tgt_vocab, 16, seed=2)
+    every = [b.src.tolist() for b in batches(data.train, data.src_vocab, data.tgt_vocab, 16, seed=2)]
+    assert len(plan) == len(every) == 6
+    assert [b.src.tolist() for b in batches(data.train, data.src_vocab, data.tgt_vocab, 16, seed=2, start=4)] \
+        == every[4:]
+    shards = [[b.src.tolist() for b in batches(data.train, data.src_vocab, data.tgt_vocab, 16, seed=2, rank=r,
+                                                world_size=3)] for r in range(3)]
+    assert shards == [every[0::3], every[1::3], every[2::3]]
+    with pytest.raises(ValueError, match="rank must be < world_size"):
+        next(batches(data.train, data.src_vocab, data.tgt_vocab, 16, rank=2, world_size=2))
+
+
 def test_numbers_cover_every_magnitude():
     from tfm_lesson.data.numbers import draw_numbers, magnitudes
 

@@ -1,72 +1,267 @@
 """Train a Transformer from the command line, print held-out metrics as one JSON line.
 
-    python -m tfm_lesson.train --task reverse --steps 800
-    python -m tfm_lesson.train --tsv fra.txt --minutes 20 --d-model 256 --layers 3 --out runs/fra
+    python -m tfm_lesson.train --task reverse --minutes 1          # the task's recipe (see below)
+    python -m tfm_lesson.train --tsv fra.txt --minutes 20 --out runs/fra
+    python -m tfm_lesson.train --resume runs/fra/model.pt          # continue a stopped run
     torchrun --nproc_per_node=2 -m tfm_lesson.train --task copy --steps 100     # DistributedDataParallel
+
+Each task starts from its recipe, the settings measured for it (flags override them). Every flag and the
+output folder are checked before training starts. The run is saved to OUT/model.pt (atomically) every
+--save-every steps and at the end; Ctrl-C or SIGTERM saves and stops, and --resume continues the run
+exactly where it stopped. A run whose loss becomes NaN or infinite stops with exit status 3 and leaves
+the last good checkpoint as it was.
 
 Progress goes to stderr (a tqdm bar) and evaluation lines to stdout; the LAST line of stdout is the JSON
 of the test split's metrics: ``exact_match``, ``bleu``, ``chrf`` (%), ``steps``, ``seconds``, ...
-The checkpoint is ``OUT/model.pt``; translate with ``python -m tfm_lesson.translate OUT/model.pt "text"``.
+Translate with ``python -m tfm_lesson.translate OUT/model.pt "text"``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+TASKS = ("copy", "reverse", "sort", "numbers", "sentences")
+
+# The settings each task starts from: those its chapter trains with (chapter 10: the toy tasks and numbers,
+# chapter 11: sentences), measured to reach the figures quoted in README. "tsv" is used for --tsv files.
+# "steps" applies when neither --steps nor --minutes is given.
+_TOY = dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0, batch_size=128, warmup=100, peak_lr=3e-3,
+            steps=600, beam=1)
+RECIPES: dict[str, dict] = {
+    "copy": dict(_TOY),
+    "reverse": dict(_TOY),
+    "sort": dict(_TOY),
+    "numbers": dict(_TOY, steps=1200),
+    "sentences": dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1, batch_size=64, warmup=200,
+                      peak_lr=2e-3, steps=3000, beam=4),
+    "tsv": dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1, batch_size=64, warmup=200, peak_lr=2e-3,
+                steps=3000, beam=4),
+}
+RECIPE_KEYS = ("d_model", "heads", "layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "beam")
+# What defines a run: a resumed run keeps these (a different value on the command line is refused).
+RUN_KEYS = ("task", "tsv", "tokenizer", "lower", "max_pairs", "max_len", "seed", "d_model", "heads", "layers",
+            "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "smoothing", "clip", "amp")
+DEFAULT_OUT = Path("runs/model")
+
+
+def _recipe_table() -> str:
+    rows = ["recipes (--task X starts from these; flags override them):",
+            "  task       d_model heads layers d_ff dropout batch warmup peak-lr steps beam"]
+    for name, r in RECIPES.items():
+        label = "--tsv" if name == "tsv" else name
+        rows.append(f"  {label:<10} {r['d_model']:>7} {r['heads']:>5} {r['layers']:>6} {r['d_ff']:>4} "
+                    f"{r['dropout']:>7} {r['batch_size']:>5} {r['warmup']:>6} {r['peak_lr']:>7g} {r['steps']:>5} "
+                    f"{r['beam']:>4}")
+    rows.append("  (steps: when neither --steps nor --minutes is given; --minutes alone trains until the time is up)")
+    return "\n".join(rows)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tfm_lesson.train", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tfm_lesson.train", description=__doc__, epilog=_recipe_table(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--task", choices=("copy", "reverse", "sort", "numbers", "sentences"), help="a built-in task")
-    src.add_argument("--tsv", type=Path, help="a source<TAB>target file (Tatoeba/Anki format)")
-    p.add_argument("--tokenizer", choices=("words", "chars"), default="words", help="for --tsv (default: words)")
-    p.add_argument("--lower", action="store_true", help="lower-case the --tsv text")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--task", choices=(*TASKS, "lm"),
+                     help="a built-in task; lm: a GPT language model on the course's English sentences (tfm_lesson.lm)")
+    src.add_argument("--tsv", type=Path, help="a source<TAB>target file (Tatoeba/Anki format, UTF-8)")
+    src.add_argument("--text", type=Path, help="a UTF-8 text file: train a GPT language model on it (tfm_lesson.lm)")
+    p.add_argument("--vocab-size", type=int, default=None, help="--task lm / --text: BPE vocabulary, >= 256 (default 512)")
+    p.add_argument("--context", type=int, default=None, help="--task lm / --text: tokens the model sees (default 64)")
+    p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT",
+                   help="continue the run saved in CHECKPOINT (its task, data and settings; --steps is the total)")
+    p.add_argument("--tokenizer", choices=("words", "chars"), default=None, help="for --tsv (default: words)")
+    p.add_argument("--lower", action="store_true", default=None, help="lower-case the --tsv text")
     p.add_argument("--max-pairs", type=int, default=None, help="read at most this many --tsv pairs")
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=2, help="encoder and decoder layers (each)")
-    p.add_argument("--d-ff", type=int, default=256)
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--batch-size", type=int, default=64, help="per process under torchrun")
-    p.add_argument("--steps", type=int, default=None, help="optimiser steps (default 1000 unless --minutes)")
-    p.add_argument("--minutes", type=float, default=None, help="wall-clock limit")
-    p.add_argument("--warmup", type=int, default=400)
-    p.add_argument("--peak-lr", type=float, default=None, help="the rate at the end of warm-up "
-                   "(default: the paper's formula)")
-    p.add_argument("--smoothing", type=float, default=0.1)
-    p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--max-len", type=int, default=None,
+                   help="positions of the model (default 512); longer pairs are dropped when the data is read")
+    p.add_argument("--d-model", type=int, default=None, help="(default: the recipe)")
+    p.add_argument("--heads", type=int, default=None, help="(default: the recipe)")
+    p.add_argument("--layers", type=int, default=None, help="encoder and decoder layers, each (default: the recipe)")
+    p.add_argument("--d-ff", type=int, default=None, help="(default: the recipe)")
+    p.add_argument("--dropout", type=float, default=None, help="(default: the recipe)")
+    p.add_argument("--batch-size", type=int, default=None, help="per process under torchrun (default: the recipe)")
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps in all (default: the recipe's, "
+                   "unless --minutes)")
+    p.add_argument("--minutes", type=float, default=None, help="wall-clock limit for training")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: the recipe)")
+    p.add_argument("--peak-lr", type=float, default=None, help="the rate at the end of warm-up (default: the recipe)")
+    p.add_argument("--smoothing", type=float, default=None, help="label smoothing (default 0.1)")
+    p.add_argument("--clip", type=float, default=None, help="gradient-norm clipping (default 1.0; 0: none)")
+    p.add_argument("--no-amp", dest="amp", action="store_false", default=None,
+                   help="on a GPU, train in float32 (no bf16/fp16 autocast)")
+    p.add_argument("--eval-every", type=int, default=None, help="evaluate on the valid split every N steps")
     p.add_argument("--eval-limit", type=int, default=200, help="valid pairs decoded at each evaluation")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice; "
-                   "1 is often fastest for small models on a busy machine)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when present)")
-    p.add_argument("--out", type=Path, default=Path("runs/model"), help="directory for model.pt")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--beam", type=int, default=1, help="beam size for the test metrics (1 = greedy)")
-    p.add_argument("--test-limit", type=int, default=None, help="score only this many test pairs")
+    p.add_argument("--save-every", type=int, default=250, help="save the run every N steps (default 250)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1 for small models on "
+                   "the CPU, else torch's choice)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: cuda when present)")
+    p.add_argument("--out", type=Path, default=None, help=f"folder for model.pt (default: {DEFAULT_OUT}; with "
+                   "--resume, the checkpoint's folder)")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already saved in --out")
+    p.add_argument("--seed", type=int, default=None, help="(default 0)")
+    p.add_argument("--beam", type=int, default=None, help="beam size for the test metrics, 1 = greedy "
+                   "(default: the recipe)")
+    p.add_argument("--test-limit", type=int, default=None, help="score only the first N test pairs (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
-def load_data(args: argparse.Namespace):
-    from .data import from_pairs, load_task, read_tsv
+# ------------------------------------------------------------------------------------------ checking flags
+def _positive_int(p: argparse.ArgumentParser, flag: str, value) -> None:
+    if value is not None and value < 1:
+        p.error(f"{flag} must be >= 1, got {value}")
 
-    if args.task:
-        return load_task(args.task, seed=args.seed)
-    if not args.tsv.is_file():
-        raise SystemExit(f"--tsv: no such file: {args.tsv}")
-    pairs = read_tsv(args.tsv, max_pairs=args.max_pairs)
-    if len(pairs) < 3:
-        raise SystemExit(f"--tsv: {args.tsv} holds {len(pairs)} usable pairs; need at least 3")
-    n = len(pairs)
-    held = max(1, min(1000, n // 20))  # 5% for valid and for test, at most 1000 each
-    return from_pairs(pairs, seed=args.seed, valid=held, test=held, tokenizer=args.tokenizer,
-                      name=args.tsv.stem, lower=args.lower)
+
+def _finite(p: argparse.ArgumentParser, flag: str, value, low: float, high: float | None = None,
+            low_open: bool = False) -> None:
+    if value is None:
+        return
+    bad = not math.isfinite(value) or value < low or (low_open and value == low) or (high is not None and value >= high)
+    if bad:
+        rng = f"> {low:g}" if low_open else f">= {low:g}"
+        rng += f" and < {high:g}" if high is not None else ""
+        p.error(f"{flag} must be a finite number {rng}, got {value}")
+
+
+def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
+    """The run's settings: command line > the resumed run's > the task's recipe > defaults. Usage errors exit 2."""
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    saved: dict = {}
+    if args.resume is not None:
+        from .training import read_checkpoint
+
+        try:
+            payload = read_checkpoint(args.resume)
+        except (OSError, ValueError) as err:
+            p.error(f"--resume: {err}")
+        if not isinstance(payload.get("training"), dict) or "run" not in payload.get("extra", {}):
+            p.error(f"--resume: {args.resume} holds a model but no run to continue (it was not saved by "
+                    "python -m tfm_lesson.train)")
+        saved = dict(payload["extra"]["run"])
+        for key in RUN_KEYS:
+            if key in given and key != "tsv" and given[key] != saved.get(key):
+                p.error(f"--{key.replace('_', '-')} {given[key]} differs from the run being resumed "
+                        f"({saved.get(key)}); a resumed run keeps its settings")
+        if "tsv" in given and str(given["tsv"]) != saved.get("tsv"):
+            p.error(f"--tsv {given['tsv']} differs from the run being resumed ({saved.get('tsv')})")
+    elif args.task is None and args.tsv is None:
+        p.error("give --task or --tsv (what to train on), or --resume CHECKPOINT")
+    task = saved.get("task", args.task)
+    recipe = RECIPES[task if task else "tsv"]
+    run = {"task": task, "tsv": saved.get("tsv", str(args.tsv) if args.tsv else None)}
+    defaults = dict(tokenizer="words", lower=False, max_pairs=None, max_len=512, seed=0, smoothing=0.1, clip=1.0,
+                    amp=True)
+    for key in RUN_KEYS[2:]:
+        run[key] = saved[key] if key in saved else given.get(key, recipe.get(key, defaults.get(key)))
+    if args.resume is not None:  # the run's plan, unless told otherwise
+        run["steps"] = given.get("steps", None if "minutes" in given else saved.get("steps"))
+        run["minutes"] = given.get("minutes", None if "steps" in given else saved.get("minutes"))
+    else:
+        run["steps"] = given.get("steps", None if "minutes" in given else recipe["steps"])
+        run["minutes"] = given.get("minutes")
+    run["beam"] = given.get("beam", saved.get("beam", recipe["beam"]))
+    if run["steps"] is None and run["minutes"] is None:
+        run["steps"] = recipe["steps"]
+
+    for flag, key in (("--d-model", "d_model"), ("--heads", "heads"), ("--layers", "layers"), ("--d-ff", "d_ff"),
+                      ("--batch-size", "batch_size"), ("--warmup", "warmup"), ("--beam", "beam"), ("--steps", "steps"),
+                      ("--max-pairs", "max_pairs")):
+        _positive_int(p, flag, run[key])
+    for flag, value in (("--eval-every", args.eval_every), ("--eval-limit", args.eval_limit),
+                        ("--save-every", args.save_every), ("--threads", args.threads),
+                        ("--test-limit", args.test_limit)):
+        _positive_int(p, flag, value)
+    if run["d_model"] % run["heads"]:
+        p.error(f"--d-model {run['d_model']} must be divisible by --heads {run['heads']} (d_k = d_model / heads)")
+    if run["max_len"] < 2:
+        p.error(f"--max-len must be >= 2 (a token and </s>), got {run['max_len']}")
+    if run["seed"] < 0:
+        p.error(f"--seed must be >= 0, got {run['seed']}")
+    _finite(p, "--dropout", run["dropout"], 0.0, 1.0)
+    _finite(p, "--smoothing", run["smoothing"], 0.0, 1.0)
+    _finite(p, "--peak-lr", run["peak_lr"], 0.0, low_open=True)
+    _finite(p, "--clip", run["clip"], 0.0)
+    _finite(p, "--minutes", run["minutes"], 0.0, low_open=True)
+    if args.tsv is not None and not args.tsv.is_file():
+        p.error(f"--tsv {args.tsv}: no such file")
+    if args.task is not None and (args.tokenizer or args.lower or args.max_pairs):
+        p.error("--tokenizer, --lower and --max-pairs are for --tsv files")
+    return run
+
+
+def check_device(value: str | None, p: argparse.ArgumentParser) -> torch.device | None:
+    """The device asked for, if this machine has it (and, under torchrun, one GPU per process)."""
+    from .training import distributed_info, distributed_plan, parse_device
+
+    if value is None:
+        return None
+    try:
+        device = parse_device(value)
+        info = distributed_info()
+        if info.enabled:
+            distributed_plan(device, info.local_rank, info.local_world_size,
+                             torch.cuda.device_count() if device.type == "cuda" else 0, explicit=True)
+    except ValueError as err:
+        p.error(f"--device: {err}")
+    return device
+
+
+def check_out(out: Path, resume: Path | None, overwrite: bool, p: argparse.ArgumentParser) -> Path:
+    """OUT/model.pt, once sure it can be written and replaces no run unasked."""
+    if out.exists() and not out.is_dir():
+        p.error(f"--out {out} is a file; --out names a folder (the run is saved as {out}/model.pt)")
+    target = out / "model.pt"
+    if target.is_dir():
+        p.error(f"--out: {target} is a folder; the run is saved as the file {target}")
+    if target.exists() and not overwrite:
+        continuing = resume is not None and resume.resolve() in (target.resolve(), out.resolve())
+        if not continuing:
+            p.error(f"--out {out} already holds a run ({target}). Continue it with --resume {target}, choose "
+                    "another --out, or replace it with --overwrite")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        p.error(f"--out {out}: cannot write there ({err.strerror or err})")
+    return target
+
+
+# ---------------------------------------------------------------------------------------------- the data
+def load_data(run: dict, p: argparse.ArgumentParser, say):
+    from .data import dedupe_by_source, from_pairs, load_task, read_tsv
+
+    if run["task"]:
+        return load_task(run["task"], seed=run["seed"])
+    path = Path(run["tsv"])
+    try:
+        pairs, skipped = read_tsv(path, max_pairs=run["max_pairs"], return_skipped=True, warn=False)
+    except (ValueError, OSError) as err:
+        p.error(f"--tsv {path}: {err}" if isinstance(err, OSError) else f"--tsv: {err}")
+    if skipped:
+        say(f"data: skipped {skipped} blank or malformed line(s) of {path}")
+    distinct = len(dedupe_by_source(pairs))
+    if distinct < 3:
+        p.error(f"--tsv {path}: {distinct} distinct source sentence(s) in {len(pairs)} usable pair(s); need at "
+                "least 3, one each for training, validation and test")
+    held = max(1, min(1000, distinct // 20))  # 5% for valid and for test, at most 1000 each
+    try:
+        data = from_pairs(pairs, seed=run["seed"], valid=held, test=held, tokenizer=run["tokenizer"],
+                          name=path.stem, lower=run["lower"], max_len=run["max_len"])
+    except ValueError as err:
+        p.error(f"--tsv {path}: {err}")
+    if data.info["too_long"]:
+        say(f"data: dropped {data.info['too_long']} pair(s) of {path} longer than --max-len {run['max_len']} "
+            "positions")
+    return data
 
 
 def ranks_in_sync(model: torch.nn.Module) -> bool:
@@ -82,55 +277,97 @@ def ranks_in_sync(model: torch.nn.Module) -> bool:
     return bool(torch.equal(low, high))
 
 
+# ------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from .training import distributed_info, evaluate, make_model, save_checkpoint, train
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # Other kinds of runs (tasks that are not translation) dispatch here, before the translation run below.
+    if args.task == "lm" or args.text is not None:  # a decoder-only language model
+        from .lm import main_lm
 
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
-    steps = args.steps if args.steps is not None or args.minutes is not None else 1000
-    rank = distributed_info().rank
-    main_process = rank == 0
-    data = load_data(args)
-    if main_process:
-        print(f"data: {data!r}", flush=True)
-    torch.manual_seed(args.seed)
-    model = make_model(data.src_vocab, data.tgt_vocab, d_model=args.d_model, heads=args.heads, layers=args.layers,
-                       d_ff=args.d_ff, dropout=args.dropout)
-    if main_process:
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"model: d_model={args.d_model} heads={args.heads} layers={args.layers} d_ff={args.d_ff} "
-              f"parameters={n_params}", flush=True)
+        return main_lm(args, parser)
+    return train_translation(args, parser)
+
+
+def train_translation(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .training import (TrainingDiverged, TrainingInterrupted, distributed_info, evaluate, load_checkpoint,
+                           make_model, train, update_checkpoint_extra)
+
+    run = resolve(args, parser)
+    device = check_device(args.device, parser)
+    if args.out is not None:
+        out = args.out
+    elif args.resume is not None:
+        out = args.resume if args.resume.is_dir() else args.resume.parent
+    else:
+        out = DEFAULT_OUT
+    info = distributed_info()
+    main_process = info.rank == 0
+    path = check_out(out, args.resume, args.overwrite, parser) if main_process else out / "model.pt"
+
+    def say(message: str) -> None:
+        if main_process:
+            print(message, flush=True)
+
+    data = load_data(run, parser, say)
+    say(f"data: {data!r}")
+    if args.resume is not None:
+        model = load_checkpoint(args.resume, device="cpu").model  # its config; train() loads the run's state
+    else:
+        torch.manual_seed(run["seed"])
+        model = make_model(data.src_vocab, data.tgt_vocab, d_model=run["d_model"], heads=run["heads"],
+                           layers=run["layers"], d_ff=run["d_ff"], dropout=run["dropout"], max_len=run["max_len"])
+    n_params = sum(p.numel() for p in model.parameters())
+    say(f"model: d_model={run['d_model']} heads={run['heads']} layers={run['layers']} d_ff={run['d_ff']} "
+        f"parameters={n_params}")
+    limits = ([f"{run['steps']} steps"] if run["steps"] else []) + ([f"{run['minutes']:g} minutes"]
+                                                                    if run["minutes"] else [])
+    plan = " or ".join(limits)
+    say(f"training: {plan}, batch {run['batch_size']}, warmup {run['warmup']}, peak lr {run['peak_lr']:g}; "
+        f"saved to {path} every {args.save_every} steps")
     start = time.perf_counter()
-    history = train(model, data, steps=steps, minutes=args.minutes, batch_size=args.batch_size, warmup=args.warmup,
-                    peak_lr=args.peak_lr, smoothing=args.smoothing, device=args.device, eval_every=args.eval_every,
-                    eval_limit=args.eval_limit, seed=args.seed, progress=not args.no_progress,
-                    log=lambda msg: print(msg, flush=True))
-    seconds = time.perf_counter() - start
-    in_sync = ranks_in_sync(model)
+    status = 0
     result = None
-    if main_process:
-        test = data.test if data.test else data.valid
-        test = test[: args.test_limit] if args.test_limit else test
-        metrics = evaluate(model, test, data.src_vocab, data.tgt_vocab, beam_size=args.beam)
-        path = args.out / "model.pt"
-        save_checkpoint(path, model, data.src_vocab, data.tgt_vocab,
-                        extra={"task": data.name, "steps": len(history["step"]), "seconds": seconds,
-                               "test": metrics, "args": {k: str(v) for k, v in vars(args).items()}})
-        print(f"checkpoint: {path}", flush=True)
-        result = {"task": data.name, "split": "test" if data.test else "valid", "pairs": len(test),
-                  **{k: round(v, 2) for k, v in metrics.items()}, "steps": len(history["step"]),
-                  "seconds": round(seconds, 1), "beam": args.beam,
-                  "world_size": distributed_info().world_size, "ranks_in_sync": in_sync, "device": str(next(model.parameters()).device),
-                  "checkpoint": str(path)}
+    try:
+        history = train(model, data, steps=run["steps"], minutes=run["minutes"], batch_size=run["batch_size"],
+                        warmup=run["warmup"], peak_lr=run["peak_lr"], smoothing=run["smoothing"],
+                        clip=run["clip"] or None, device=device, eval_every=args.eval_every,
+                        eval_limit=args.eval_limit, seed=run["seed"], amp=run["amp"], progress=not args.no_progress,
+                        log=lambda msg: print(msg, flush=True),
+                        threads=args.threads if args.threads is not None else "auto", checkpoint=path,
+                        save_every=args.save_every, resume=args.resume,
+                        checkpoint_extra={"task": data.name, "run": run})
+    except TrainingInterrupted as stop:
+        say(f"stopped by {stop.signal_name} after step {stop.step}: the run is saved in {path}\n"
+            f"continue it with: python -m tfm_lesson.train --resume {path}")
+        status = 130 if stop.signal_name == "SIGINT" else 143
+    except TrainingDiverged as err:
+        if main_process:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        status = 3
+    if status == 0:
+        seconds = time.perf_counter() - start
+        in_sync = ranks_in_sync(model)
+        if main_process:
+            test = data.test if data.test else data.valid
+            test = test[: args.test_limit] if args.test_limit else test
+            metrics = evaluate(model, test, data.src_vocab, data.tgt_vocab, beam_size=run["beam"])
+            update_checkpoint_extra(path, test=metrics, test_pairs=len(test), beam=run["beam"])
+            print(f"checkpoint: {path}", flush=True)
+            result = {"task": data.name, "split": "test" if data.test else "valid", "pairs": len(test),
+                      **{k: round(v, 2) for k, v in metrics.items()}, "steps": len(history["step"]),
+                      "seconds": round(seconds, 1), "beam": run["beam"], "world_size": info.world_size,
+                      "ranks_in_sync": in_sync, "device": str(next(model.parameters()).device),
+                      "checkpoint": str(path)}
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if status == 0:
+            dist.barrier()
         dist.destroy_process_group()
     if result is not None:
         print(json.dumps(result), flush=True)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -9,10 +9,17 @@ with ``torchrun``, on several processes with DistributedDataParallel.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import pickle
+import random
+import signal
+import tempfile
+import threading
 import time
-from contextlib import contextmanager, nullcontext
+from collections import OrderedDict
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Callable, NamedTuple, Sequence
 
 import torch
@@ -25,8 +32,9 @@ from .device import default_device, seed_everything
 from .model import Transformer, TransformerConfig
 
 __all__ = ["LabelSmoothingLoss", "NoamSchedule", "noam_rate", "warmup_schedule", "make_optimizer", "make_model",
-           "train", "evaluate", "save_checkpoint", "load_checkpoint", "Checkpoint", "distributed_info",
-           "is_main_process", "cpu_threads"]
+           "train", "evaluate", "save_checkpoint", "load_checkpoint", "read_checkpoint", "update_checkpoint_extra",
+           "Checkpoint", "TrainingDiverged", "TrainingInterrupted", "amp_dtype", "data_fingerprint",
+           "distributed_info", "distributed_plan", "parse_device", "is_main_process", "cpu_threads"]
 
 
 @contextmanager
@@ -164,6 +172,7 @@ class DistributedInfo(NamedTuple):
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int = 1
 
     @property
     def enabled(self) -> bool:
@@ -171,10 +180,12 @@ class DistributedInfo(NamedTuple):
 
 
 def distributed_info() -> DistributedInfo:
-    """Rank and world size from torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``)."""
+    """Rank and world size from torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``LOCAL_WORLD_SIZE``: the processes on this machine)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    return DistributedInfo(rank, world, int(os.environ.get("LOCAL_RANK", str(rank))))
+    return DistributedInfo(rank, world, int(os.environ.get("LOCAL_RANK", str(rank))),
+                           int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
 
 
 def is_main_process() -> bool:
@@ -184,18 +195,61 @@ def is_main_process() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
-def _setup_distributed(device: torch.device) -> tuple[DistributedInfo, torch.device]:
+def parse_device(value: torch.device | str) -> torch.device:
+    """``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` -> a ``torch.device`` that exists on this machine, or a
+    ``ValueError`` that says why not (no CUDA GPU, no GPU with that number, an unknown name)."""
+    try:
+        device = value if isinstance(value, torch.device) else torch.device(str(value))
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device must be cpu, cuda, cuda:N or mps, got {value!r}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(value)!r}: this machine has no CUDA GPU that PyTorch can use "
+                             "(torch.cuda.is_available() is False); use cpu")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"device {str(value)!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
+    elif device.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"device {str(value)!r}: Apple's MPS is not available here; use cpu")
+    elif device.type != "cpu":
+        raise ValueError(f"device must be cpu, cuda, cuda:N or mps, got {value!r}")
+    return device
+
+
+def distributed_plan(device: torch.device, local_rank: int, local_world_size: int, cuda_count: int,
+                     explicit: bool) -> tuple[str, torch.device, str | None]:
+    """``(backend, device, note)`` for one process under torchrun. On the CPU: gloo. On CUDA: nccl with one GPU
+    per process (``cuda:local_rank``) when the machine has a GPU for each of its processes; otherwise a GPU
+    that was asked for (``explicit``) is refused with a ``ValueError``, and a default one falls back to gloo
+    on the CPU, with a ``note`` saying so (every process takes the same decision)."""
+    if device.type != "cuda":
+        return "gloo", device, None
+    if local_world_size <= cuda_count:
+        return "nccl", torch.device("cuda", local_rank), None
+    why = (f"torchrun started {local_world_size} processes on this machine, which has {cuda_count} CUDA GPU(s); "
+           "DistributedDataParallel on GPUs needs one GPU per process")
+    if explicit:
+        raise ValueError(f"{why}: use --nproc_per_node={max(cuda_count, 1)} or fewer, or --device cpu")
+    return "gloo", torch.device("cpu"), f"{why}: training on the CPU with gloo instead"
+
+
+def _setup_distributed(device: torch.device, explicit: bool = True,
+                       log: Callable[[str], None] | None = None) -> tuple[DistributedInfo, torch.device]:
     """Join the process group torchrun prepared: gloo on CPU, nccl on GPU (one GPU per local rank)."""
     import torch.distributed as dist
 
     info = distributed_info()
     if not info.enabled:
         return info, device
+    cuda_count = torch.cuda.device_count() if device.type == "cuda" else 0
+    backend, device, note = distributed_plan(device, info.local_rank, info.local_world_size, cuda_count, explicit)
+    if note and info.rank == 0:
+        (log or print)(note)
     if device.type == "cuda":
-        device = torch.device("cuda", info.local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend=backend)
     return info, device
 
 
@@ -241,30 +295,158 @@ def _valid_loss(model: nn.Module, pairs, src_vocab, tgt_vocab, criterion: nn.Mod
 
 
 # ------------------------------------------------------------------------------------------------ the loop
+def amp_dtype(device: torch.device | str, amp: bool = True) -> torch.dtype | None:
+    """The dtype :func:`train` runs the forward pass in under autocast: ``None`` on the CPU or with
+    ``amp=False``; ``bfloat16`` on a GPU of compute capability 8.0 or more (Ampere, Hopper and later, which
+    compute in bf16 natively); ``float16``, with a ``GradScaler``, on older GPUs (T4: 7.5, V100: 7.0).
+
+    ``torch.cuda.is_bf16_supported()`` is not the test: it answers True on a T4 or V100 too, where bf16 is
+    emulated and slower than float32.
+    """
+    device = torch.device(device)
+    if not amp or device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return torch.bfloat16 if (major, minor) >= (8, 0) else torch.float16
+
+
 def _autocast(device: torch.device, amp: bool):
-    """bf16 autocast where the GPU supports it, else fp16 (with a GradScaler); nothing on CPU."""
-    if not (amp and device.type == "cuda"):
+    """``(context, dtype)``: autocast in :func:`amp_dtype`'s dtype, or a no-op context and ``None``."""
+    dtype = amp_dtype(device, amp)
+    if dtype is None:
         return nullcontext(), None
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.autocast("cuda", dtype=dtype), dtype
 
 
-def _batch_stream(pairs, src_vocab, tgt_vocab, batch_size: int, seed: int, device: torch.device,
-                  rank: int, world: int):
-    """Endless stream of training batches, a new shuffle every epoch; batch ``i`` goes to rank ``i % world``."""
-    from .data import batches
+class _BatchStream:
+    """Endless training batches, a new shuffle every epoch (``seed + epoch``). Under ``torchrun`` batch ``i``
+    of an epoch belongs to rank ``i % world`` and only that rank builds it. ``state()`` is where the stream
+    stands (epoch, and the batches of this epoch already taken by all ranks together): a resumed run
+    continues from there with the same batches in the same order."""
 
-    epoch = 0
-    while True:
-        produced = False
-        for i, batch in enumerate(batches(pairs, src_vocab, tgt_vocab, batch_size, shuffle=True,
-                                          seed=seed + epoch, device=device)):
-            if i % world == rank:
-                produced = True
-                yield batch
-        if not produced:
-            raise ValueError(f"the training split gives no batch for rank {rank} of {world}: too few pairs")
-        epoch += 1
+    def __init__(self, pairs, src_vocab, tgt_vocab, batch_size: int, seed: int, device: torch.device,
+                 rank: int = 0, world: int = 1, epoch: int = 0, position: int = 0) -> None:
+        self.pairs, self.src_vocab, self.tgt_vocab = pairs, src_vocab, tgt_vocab
+        self.batch_size, self.seed, self.device, self.rank, self.world = batch_size, seed, device, rank, world
+        self.epoch, self.position = epoch, position
+        self._plan: list[list[int]] | None = None
+
+    def __iter__(self) -> "_BatchStream":
+        return self
+
+    def __next__(self):
+        from .data.batching import batch_order, make_batch
+
+        while True:
+            if self._plan is None:
+                self._plan = batch_order(self.pairs, self.src_vocab, self.tgt_vocab, self.batch_size, shuffle=True,
+                                         seed=self.seed + self.epoch)
+                if len(self._plan) <= self.rank:
+                    raise ValueError(f"the training split gives no batch for rank {self.rank} of {self.world}: "
+                                     "too few pairs")
+            index = self.position + (self.rank - self.position) % self.world  # this rank's next batch
+            if index < len(self._plan):
+                self.position = (index // self.world + 1) * self.world  # every rank took one batch of this round
+                return make_batch([self.pairs[i] for i in self._plan[index]], self.src_vocab, self.tgt_vocab,
+                                  self.device)
+            self.epoch, self.position, self._plan = self.epoch + 1, 0, None
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss (or a weight) became NaN or infinite: :func:`train` stopped and saved nothing."""
+
+    def __init__(self, message: str, step: int, loss: float, lr: float, checkpoint: str | None) -> None:
+        super().__init__(message)
+        self.step, self.loss, self.lr, self.checkpoint = step, loss, lr, checkpoint
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM reached :func:`train`: it finished the step, saved, and stopped."""
+
+    def __init__(self, message: str, step: int, checkpoint: str, signal_name: str) -> None:
+        super().__init__(message)
+        self.step, self.checkpoint, self.signal_name = step, checkpoint, signal_name
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class _StopRequests:
+    """While active (main thread only), SIGINT and SIGTERM set ``self.signal`` instead of killing the run, so
+    the loop can finish its step and save. A second Ctrl-C raises ``KeyboardInterrupt`` at once."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.signal, self._previous = enabled, None, {}
+
+    def __enter__(self) -> "_StopRequests":
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+                except (ValueError, OSError):  # not allowed here (an embedded interpreter): keep the default
+                    pass
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt("a second Ctrl-C: stopped at once, without saving this step")
+        self.signal = signum
+
+    def __exit__(self, *exc) -> bool:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        return False
+
+
+def data_fingerprint(pairs: Sequence[tuple[str, str]]) -> str:
+    """A short hash of the training pairs, in order: a resumed run checks that it trains on the same data."""
+    digest = hashlib.sha256()
+    for src, tgt in pairs:
+        digest.update(f"{src}\t{tgt}\n".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:16]
+
+
+def _rng_state() -> dict:
+    """Every random generator a run draws from (dropout: torch's), as plain values and tensors."""
+    version, internal, gauss = random.getstate()
+    state: dict = {"python": [version, list(internal), gauss], "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = [str(kind), torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached)]
+    except ImportError:
+        pass
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        try:
+            import numpy as np
+
+            kind, keys, pos, has_gauss, cached = state["numpy"]
+            np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+        except ImportError:
+            pass
+
+
+def _first_bad_parameter(model: nn.Module) -> str | None:
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p).all()):
+            return name
+    return None
 
 
 def train(model: Transformer, data, steps: int | None = None, minutes: float | None = None, batch_size: int = 64,
@@ -272,7 +454,9 @@ def train(model: Transformer, data, steps: int | None = None, minutes: float | N
           device: torch.device | str | None = None, eval_every: int | None = None, eval_limit: int = 200,
           callback: Callable[[int, dict], None] | None = None, seed: int = 0, amp: bool = True,
           progress: bool = True, log: Callable[[str], None] | None = None,
-          threads: int | None | str = "auto") -> dict[str, list]:
+          threads: int | None | str = "auto", checkpoint: str | os.PathLike | None = None,
+          save_every: int | None = None, resume: str | os.PathLike | None = None,
+          checkpoint_extra: dict | None = None) -> dict[str, list]:
     """Train ``model`` on ``data.train`` (a :class:`tfm_lesson.data.ParallelData`) with teacher forcing.
 
     Stops after ``steps`` optimiser steps or ``minutes`` of wall clock, whichever comes first (at least one of
@@ -283,9 +467,20 @@ def train(model: Transformer, data, steps: int | None = None, minutes: float | N
     where the bare formula peaks high (d_model=64, warmup=100: 0.0125).
     Every ``eval_every`` steps (and at the end) the valid split is scored: loss on all of it, exact match /
     BLEU / chrF with greedy decoding on its first ``eval_limit`` pairs; ``callback(step, history)`` is then
-    called. On CUDA the forward pass runs under autocast (bf16, or fp16 with a GradScaler) when ``amp``.
-    Under ``torchrun`` the model is wrapped in DistributedDataParallel and each rank takes every
-    ``world_size``-th batch; only rank 0 shows progress and evaluates.
+    called. On CUDA the forward pass runs under autocast when ``amp`` (see :func:`amp_dtype`: bf16 on GPUs
+    that compute it natively, else fp16 with a GradScaler).
+    Under ``torchrun`` the model is wrapped in DistributedDataParallel and each rank builds and takes every
+    ``world_size``-th batch; only rank 0 shows progress, evaluates and saves. With fewer GPUs than processes
+    it trains on the CPU with gloo, or refuses if ``device`` named a GPU (see :func:`distributed_plan`).
+
+    **Nothing is lost.** With ``checkpoint`` (a file path) the run is saved there, atomically, every
+    ``save_every`` steps and at the end, with everything needed to continue it: weights, optimiser, schedule,
+    step, the position in the data and the random state. Ctrl-C or SIGTERM then finishes the current step,
+    saves and raises :class:`TrainingInterrupted` (a ``KeyboardInterrupt``). ``resume`` (such a file)
+    continues that run: with the same data and settings the result equals the uninterrupted run's; ``steps``
+    counts from the run's start, ``minutes`` from now. A NaN or infinite loss stops the run with
+    :class:`TrainingDiverged` before the bad step, and a checkpoint is never written over with
+    non-finite weights. ``checkpoint_extra`` is stored in the checkpoint's ``extra``.
 
     Returns the history: ``step``, ``loss``, ``lr``, ``tokens`` per step, and ``valid_step``, ``valid_loss``,
     ``valid_exact_match``, ``valid_bleu``, ``valid_chrf`` per evaluation, plus ``seconds`` (one number).
@@ -301,21 +496,56 @@ def train(model: Transformer, data, steps: int | None = None, minutes: float | N
     check_positive_int(batch_size, "batch_size")
     if eval_every is not None:
         check_positive_int(eval_every, "eval_every")
+    if save_every is not None:
+        check_positive_int(save_every, "save_every")
+        if checkpoint is None:
+            raise ValueError("save_every needs checkpoint=, the file to save to")
+    if peak_lr is not None and not (math.isfinite(peak_lr) and peak_lr > 0):
+        raise ValueError(f"peak_lr must be a finite number > 0, got {peak_lr!r}")
+    if clip is not None and not (math.isfinite(clip) and clip > 0):
+        raise ValueError(f"clip must be a finite number > 0 or None (no clipping), got {clip!r}")
+    if checkpoint_extra is not None:
+        _check_plain(checkpoint_extra, "checkpoint_extra")
     if not data.train:
         raise ValueError("train: data.train is empty")
+    _check_lengths(model, data)
 
-    device = torch.device(device) if device is not None else default_device()
+    explicit = device is not None
+    device = parse_device(device) if device is not None else default_device()
     with cpu_threads(_auto_threads(model, device, threads)):
         return _train(model, data, steps, minutes, batch_size, warmup, lr_factor, peak_lr, smoothing, clip, device,
-                      eval_every, eval_limit, callback, seed, amp, progress, log)
+                      eval_every, eval_limit, callback, seed, amp, progress, log, checkpoint, save_every, resume,
+                      checkpoint_extra or {}, explicit)
+
+
+def _check_lengths(model: nn.Module, data) -> None:
+    """Refuse, before training, pairs longer than the model's positions (they would crash it mid-run)."""
+    max_len = getattr(getattr(model, "config", None), "max_len", None)
+    if max_len is None:
+        return
+    src_vocab, tgt_vocab = data.src_vocab, data.tgt_vocab
+    needed = [max(len(src_vocab.tokenize(s)), len(tgt_vocab.tokenize(t))) + 1 for s, t in data.train]
+    longest = max(needed)
+    if longest > max_len:
+        n = sum(1 for k in needed if k > max_len)
+        raise ValueError(f"train: {n} training pair(s) need more than the model's max_len={max_len} positions "
+                         f"(the longest needs {longest}); drop them (from_pairs(..., max_len={max_len})) or build "
+                         "the model with a larger max_len")
 
 
 def _train(model, data, steps, minutes, batch_size, warmup, lr_factor, peak_lr, smoothing, clip, device,
-           eval_every, eval_limit, callback, seed, amp, progress, log) -> dict[str, list]:
-    dist_info, device = _setup_distributed(device)
+           eval_every, eval_limit, callback, seed, amp, progress, log, checkpoint, save_every, resume,
+           checkpoint_extra, explicit_device) -> dict[str, list]:
+    dist_info, device = _setup_distributed(device, explicit_device, log)
     main = dist_info.rank == 0
     say = (log or print) if main else (lambda _msg: None)
     seed_everything(seed)
+    if peak_lr is not None:
+        lr_factor = peak_lr / noam_rate(warmup, model.config.d_model, warmup)
+    settings = {"batch_size": batch_size, "warmup": warmup, "lr_factor": float(lr_factor), "smoothing": smoothing,
+                "clip": clip, "seed": seed, "world_size": dist_info.world_size}
+    fingerprint = data_fingerprint(data.train)
+    saved = _resume_state(resume, model, data, settings, fingerprint) if resume is not None else None
     model.to(device).train()
     net: nn.Module = model
     if dist_info.enabled:
@@ -325,23 +555,34 @@ def _train(model, data, steps, minutes, batch_size, warmup, lr_factor, peak_lr, 
 
     criterion = LabelSmoothingLoss(smoothing, model.config.tgt_pad_id)
     optimizer = make_optimizer(model)
-    if peak_lr is not None:
-        if not peak_lr > 0:
-            raise ValueError(f"peak_lr must be > 0, got {peak_lr!r}")
-        lr_factor = peak_lr / noam_rate(warmup, model.config.d_model, warmup)
     scheduler = warmup_schedule(optimizer, model.config.d_model, warmup, lr_factor)
-    autocast, amp_dtype = _autocast(device, amp)
-    scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
-    stream = _batch_stream(data.train, data.src_vocab, data.tgt_vocab, batch_size, seed, device,
-                           dist_info.rank, dist_info.world_size)
+    autocast, amp_dtype_ = _autocast(device, amp)
+    scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype_ == torch.float16)
+    stream = _BatchStream(data.train, data.src_vocab, data.tgt_vocab, batch_size, seed, device,
+                          dist_info.rank, dist_info.world_size)
 
     history: dict[str, list] = {k: [] for k in ("step", "loss", "lr", "tokens", "valid_step", "valid_loss",
                                                  "valid_exact_match", "valid_bleu", "valid_chrf")}
+    step, seconds_before = 0, 0.0
+    if saved is not None:
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        if scaler.is_enabled() and saved.get("scaler"):
+            scaler.load_state_dict(saved["scaler"])
+        stream.epoch, stream.position = saved["stream"]["epoch"], saved["stream"]["position"]
+        history = {k: list(v) for k, v in saved["history"].items() if k != "seconds"}
+        step, seconds_before = int(saved["step"]), float(saved.get("seconds", 0.0))
+        _set_rng_state(saved["rng"])
+        say(f"resumed at step {step} from {resume}")
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=steps, disable=not (progress and main), desc="training", unit="step", leave=True)
+    bar = tqdm(total=steps, initial=min(step, steps or step), disable=not (progress and main), desc="training",
+               unit="step", leave=True)
     start = time.perf_counter()
     deadline = start + 60.0 * minutes if minutes is not None else math.inf
+    path = os.fspath(checkpoint) if checkpoint is not None else None
+    same_file = saved is not None and path is not None and os.path.exists(path) and os.path.samefile(resume, path)
+    saved_step = step if same_file else None  # the step the file at ``path`` holds
 
     def run_eval(step: int) -> None:
         if not (main and data.valid):
@@ -360,45 +601,118 @@ def _train(model, data, steps, minutes, batch_size, warmup, lr_factor, peak_lr, 
         if callback is not None:
             callback(step, history)
 
-    step = 0
-    while True:
-        out_of_time = time.perf_counter() >= deadline
-        if dist_info.enabled and minutes is not None:  # every rank must stop at the same step
-            import torch.distributed as dist
+    def diverged(step: int, loss: float, what: str) -> TrainingDiverged:
+        finite = [(s, v) for s, v in zip(history["step"], history["loss"]) if math.isfinite(v)]
+        last = f" The last finite loss was {finite[-1][1]:.4g} at step {finite[-1][0]}." if finite else ""
+        lr = optimizer.param_groups[0]["lr"]
+        kept = (f" The last good checkpoint, {path} (step {saved_step}), is kept as it was." if saved_step is not None
+                else " Nothing was saved.")
+        precision = f" or float16 overflow (the forward pass runs in {amp_dtype_}: try amp=False / --no-amp)" \
+            if amp_dtype_ is not None else ""
+        message = (f"training diverged at step {step}: {what}.{last} The learning rate was {lr:.3g} (peak "
+                   f"{scheduler.lr_lambdas[0].peak():.3g}). Likely causes: a learning rate too high (lower peak_lr "
+                   f"/ --peak-lr, or a longer warmup), no gradient clipping (clip / --clip){precision}.{kept}")
+        return TrainingDiverged(message, step, loss, lr, path if saved_step is not None else None)
 
-            flag = torch.tensor([float(out_of_time)], device=device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            out_of_time = bool(flag.item())
-        if (steps is not None and step >= steps) or out_of_time:
-            break
-        batch = next(stream)
-        with autocast:
-            logits = net(batch.src, batch.tgt_in)  # (batch, tgt_len, tgt_vocab): teacher forcing
-        loss = criterion(logits.float(), batch.tgt_out)
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        if clip is not None:
-            scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        scaler.step(optimizer)
-        scaler.update()
-        history["lr"].append(optimizer.param_groups[0]["lr"])
-        scheduler.step()
-        step += 1
-        history["step"].append(step)
-        history["loss"].append(float(loss.detach()))
-        history["tokens"].append(int(batch.n_tokens))
-        bar.update(1)
-        if step % 10 == 0:
-            bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", lr=f"{history['lr'][-1]:.2e}")
-        if eval_every and step % eval_every == 0:
-            run_eval(step)
-    if not history["valid_step"] or history["valid_step"][-1] != step:
-        run_eval(step)
-    bar.close()
-    history["seconds"] = time.perf_counter() - start
+    def save(step: int) -> None:
+        nonlocal saved_step
+        if not (main and path) or saved_step == step:
+            return
+        bad = _first_bad_parameter(model)
+        if bad is not None:
+            raise diverged(step, history["loss"][-1] if history["loss"] else math.nan,
+                           f"the weight {bad} is no longer finite")
+        state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                 "scaler": scaler.state_dict(), "stream": stream.state(), "history": history,
+                 "seconds": seconds_before + time.perf_counter() - start, "rng": _rng_state(), "settings": settings,
+                 "data": fingerprint}
+        extra = {**checkpoint_extra, "steps": step, "seconds": state["seconds"]}
+        save_checkpoint(path, model, data.src_vocab, data.tgt_vocab, extra=extra, training=state)
+        saved_step = step
+
+    def agree(*flags: bool) -> list[bool]:
+        """Under DDP every rank must take the same decision (stop, diverged): any rank's True wins."""
+        if not dist_info.enabled:
+            return list(flags)
+        import torch.distributed as dist
+
+        t = torch.tensor([float(f) for f in flags], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return [bool(v) for v in t.tolist()]
+
+    try:
+        with _StopRequests(enabled=path is not None) as stop:
+            while True:
+                out_of_time, stop_asked = agree(time.perf_counter() >= deadline, stop.signal is not None)
+                if stop_asked:
+                    save(step)
+                    name = signal.Signals(stop.signal).name if stop.signal is not None else "a signal on another rank"
+                    raise TrainingInterrupted(f"training stopped by {name} after step {step}; the run is saved in "
+                                              f"{path}: continue it with resume={path!r}", step, path, name)
+                if (steps is not None and step >= steps) or out_of_time:
+                    break
+                batch = next(stream)
+                with autocast:
+                    logits = net(batch.src, batch.tgt_in)  # (batch, tgt_len, tgt_vocab): teacher forcing
+                loss = criterion(logits.float(), batch.tgt_out)
+                loss_value = float(loss.detach())
+                (bad_loss,) = agree(not math.isfinite(loss_value))
+                if bad_loss:
+                    raise diverged(step + 1, loss_value, f"the loss is {loss_value}")
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if clip is not None:
+                    scaler.unscale_(optimizer)
+                    nn.utils.clip_grad_norm_(model.parameters(), clip)
+                scaler.step(optimizer)
+                scaler.update()
+                history["lr"].append(optimizer.param_groups[0]["lr"])
+                scheduler.step()
+                step += 1
+                history["step"].append(step)
+                history["loss"].append(loss_value)
+                history["tokens"].append(int(batch.n_tokens))
+                bar.update(1)
+                if step % 10 == 0:
+                    bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", lr=f"{history['lr'][-1]:.2e}")
+                if eval_every and step % eval_every == 0:
+                    run_eval(step)
+                if save_every and step % save_every == 0:
+                    save(step)
+            if not history["valid_step"] or history["valid_step"][-1] != step:
+                run_eval(step)
+            history["seconds"] = seconds_before + time.perf_counter() - start
+            save(step)
+    finally:
+        bar.close()
     model.eval()
     return history
+
+
+def _resume_state(resume, model: nn.Module, data, settings: dict, fingerprint: str) -> dict:
+    """Load the weights of the run saved in ``resume`` into ``model``; return its training state."""
+    payload = read_checkpoint(resume)
+    saved = payload.get("training")
+    if not isinstance(saved, dict):
+        raise ValueError(f"resume: {resume} holds a model but no training state (it was saved by save_checkpoint, "
+                         "not by train(checkpoint=...)), so it cannot be continued")
+    if payload["config"] != model.config.to_dict():
+        diff = {k: (v, payload["config"].get(k)) for k, v in model.config.to_dict().items()
+                if payload["config"].get(k) != v}
+        raise ValueError(f"resume: the model's config differs from the run in {resume}: "
+                         + ", ".join(f"{k}={a!r} here, {b!r} there" for k, (a, b) in diff.items()))
+    if saved.get("data") != fingerprint:
+        raise ValueError(f"resume: the training pairs differ from those of the run in {resume} (the file, the "
+                         "task's settings or the seed changed); a run continues only on the same data")
+    for name, value in settings.items():
+        theirs = saved["settings"].get(name)
+        same = (math.isclose(value, theirs, rel_tol=1e-9) if isinstance(value, float) and isinstance(theirs, float)
+                else value == theirs)
+        if not same:
+            raise ValueError(f"resume: {name}={value!r} differs from the run in {resume} ({name}={theirs!r}); "
+                             "continue it with the same settings")
+    model.load_state_dict(_full_state_dict(payload))
+    return saved
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -409,31 +723,180 @@ class Checkpoint(NamedTuple):
     extra: dict
 
 
-def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vocab, extra: dict | None = None) -> None:
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _check_plain(value, where: str = "extra") -> None:
+    """Raise TypeError, naming the entry, for anything ``torch.load(weights_only=True)`` would refuse."""
+    kind = type(value)
+    if kind in _PLAIN or isinstance(value, Tensor):
+        return
+    if kind in (dict, OrderedDict):
+        for key, item in value.items():
+            if type(key) not in _PLAIN:
+                raise TypeError(f"{where} has a key of type {type(key).__name__} ({key!r}); use str or int keys")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    if kind in (list, tuple):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+        return
+    raise TypeError(f"{where} is a {kind.__module__}.{kind.__qualname__}, which load_checkpoint (torch.load with "
+                    "weights_only=True) would refuse; store plain values instead: str, int, float, bool, None, "
+                    "lists, tuples, dicts and tensors (e.g. str(path), float(x), x.tolist())")
+
+
+def _cpu(value):
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v) for v in value)
+    return value
+
+
+def _dedupe_tied(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Keep one copy of each tensor that several keys share (tied embeddings), before moving to the CPU: a
+    CUDA tensor copied to the CPU key by key would be stored once per key. Returns (state, {alias: key})."""
+    first: dict[tuple, str] = {}
+    kept: dict[str, Tensor] = {}
+    tied: dict[str, str] = {}
+    for key, value in state.items():
+        ident = None
+        if value.numel() > 0 and value.device.type != "meta":
+            ident = (str(value.device), value.untyped_storage().data_ptr(), value.storage_offset(),
+                     tuple(value.shape), tuple(value.stride()), value.dtype)
+        if ident is not None and ident in first:
+            tied[key] = first[ident]
+            continue
+        if ident is not None:
+            first[ident] = key
+        kept[key] = value.detach().cpu()
+    return kept, tied
+
+
+def _atomic_save(payload: dict, path: str | os.PathLike) -> None:
+    """``torch.save`` to a temporary file in the target's folder, flushed to disk, then renamed over the target:
+    the target is always either the old complete file or the new complete one, never half written."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes the file private; give it the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with suppress(OSError, AttributeError):  # make the rename itself durable (POSIX)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vocab, extra: dict | None = None,
+                    *, training: dict | None = None) -> None:
     """Save config (a dict), both vocabularies (dicts), the weights and ``extra`` (plain Python values) in one
-    file that ``torch.load(..., weights_only=True)`` can read."""
+    file that ``torch.load(..., weights_only=True)`` can read.
+
+    The file is written atomically (a temporary file in the same folder, flushed, then renamed): a save that
+    fails midway leaves the previous checkpoint intact. A weight shared by several keys (tied embeddings) is
+    stored once. ``extra`` values that the loader would refuse (a ``Path``, a NumPy number, an object) are
+    refused here, with the key named. ``training`` is the state :func:`train` saves to continue a run.
+    """
     model = getattr(model, "module", model)  # unwrap DistributedDataParallel
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a tfm_lesson.Transformer, got {type(model).__name__}")
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    payload = {"format": "tfm_lesson/1", "config": model.config.to_dict(), "state_dict": state,
-               "src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "extra": dict(extra or {})}
-    directory = os.path.dirname(os.fspath(path))
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    torch.save(payload, path)
+    if extra is not None and not isinstance(extra, dict):
+        raise TypeError(f"extra must be a dict of plain values or None, got {type(extra).__name__}")
+    extra = dict(extra or {})
+    _check_plain(extra, "extra")
+    if training is not None:
+        training = _cpu(training)
+        _check_plain(training, "training")
+    state, tied = _dedupe_tied(model.state_dict())
+    payload = {"format": "tfm_lesson/1", "config": model.config.to_dict(), "state_dict": state, "tied": tied,
+               "src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "extra": extra}
+    if training is not None:
+        payload["training"] = training
+    _atomic_save(payload, path)
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    """The raw contents of a checkpoint (a dict), read safely (``weights_only=True``), or a clear error:
+    ``FileNotFoundError`` for a missing file, ``ValueError`` for an empty, truncated, corrupt or foreign one.
+    A folder holding ``model.pt`` reads that file."""
+    path = os.fspath(path)
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "model.pt")):
+        path = os.path.join(path, "model.pt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path}: no such file")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder without model.pt; give the checkpoint file")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{path} is empty (0 bytes): not a checkpoint; a save was cut off before any byte was "
+                         "written. Use an earlier checkpoint or train again")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        detail = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line),
+                      lines[0] if lines else type(err).__name__)
+        if "GLOBAL" in detail:  # weights_only met a class or function to call: refuse, never run it
+            raise ValueError(f"{path} was refused: it holds Python objects, not only plain values and tensors, and "
+                             f"loading those could run code ({detail})") from None
+        raise ValueError(f"{path} is not a readable checkpoint: the file is truncated or corrupt ({detail})") from None
+    except Exception as err:  # torch reports a cut-off file as RuntimeError, EOFError, OSError, ...
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ValueError(f"{path} is not a readable checkpoint: the file is truncated or corrupt "
+                         f"({type(err).__name__}: {first})") from None
+    needed = ("config", "state_dict", "src_vocab", "tgt_vocab")
+    if not isinstance(payload, dict) or any(k not in payload for k in needed):
+        raise ValueError(f"{path} is not a tfm_lesson checkpoint (expected the keys {', '.join(needed)})")
+    return payload
+
+
+def _full_state_dict(payload: dict) -> dict[str, Tensor]:
+    state = dict(payload["state_dict"])
+    for alias, key in payload.get("tied", {}).items():
+        state[alias] = state[key]
+    return state
 
 
 def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None) -> Checkpoint:
     """Rebuild ``(model, src_vocab, tgt_vocab, extra)`` from :func:`save_checkpoint`'s file, safely
-    (``weights_only=True``: no code from the file runs). The model is in eval mode on ``device``."""
+    (``weights_only=True``: no code from the file runs). The model is in eval mode on ``device``.
+    Errors: see :func:`read_checkpoint`."""
     from .data import Vocab
 
-    device = torch.device(device) if device is not None else default_device()
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(payload, dict) or "config" not in payload or "state_dict" not in payload:
-        raise ValueError(f"{path} is not a tfm_lesson checkpoint (expected keys config, state_dict, vocabs)")
-    model = Transformer(TransformerConfig(**payload["config"]))
-    model.load_state_dict(payload["state_dict"])
+    device = parse_device(device) if device is not None else default_device()
+    payload = read_checkpoint(path)
+    try:
+        model = Transformer(TransformerConfig(**payload["config"]))
+        model.load_state_dict(_full_state_dict(payload))
+    except (TypeError, ValueError, RuntimeError, KeyError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise ValueError(f"{path} does not fit a tfm_lesson Transformer: {first}") from None
     return Checkpoint(model.to(device).eval(), Vocab.from_dict(payload["src_vocab"]),
                       Vocab.from_dict(payload["tgt_vocab"]), payload.get("extra", {}))
+
+
+def update_checkpoint_extra(path: str | os.PathLike, **values) -> None:
+    """Add ``values`` to a checkpoint's ``extra`` (e.g. test metrics after training), rewriting it atomically."""
+    _check_plain(values, "extra")
+    payload = read_checkpoint(path)
+    payload["extra"] = {**payload.get("extra", {}), **values}
+    _atomic_save(payload, path)
+
+
+from .reference import compare_to_reference  # noqa: E402,F401  (re-exported here: "is my run normal?")

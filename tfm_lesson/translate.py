@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 
@@ -18,11 +19,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.6, help="length penalty of beam search")
     p.add_argument("--device", default=None)
     args = p.parse_args(argv)
+    if args.beam < 1:
+        p.error(f"--beam must be >= 1 (1 = greedy), got {args.beam}")
+    if not (math.isfinite(args.alpha) and args.alpha >= 0):
+        p.error(f"--alpha must be a finite number >= 0, got {args.alpha}")
     from .decoding import translate
-    from .training import load_checkpoint
+    from .training import load_checkpoint, parse_device
 
-    model, src_vocab, tgt_vocab, _ = load_checkpoint(args.checkpoint, args.device)
+    try:
+        device = parse_device(args.device) if args.device is not None else None
+    except ValueError as err:
+        p.error(f"--device: {err}")
+    try:
+        model, src_vocab, tgt_vocab, _ = load_checkpoint(args.checkpoint, device)
+    except (OSError, ValueError) as err:
+        p.error(f"checkpoint: {err}")
     texts = [line.strip() for line in sys.stdin if line.strip()] if args.text == ["-"] else args.text
+    if not texts:
+        return 0
     for out in translate(model, texts, src_vocab, tgt_vocab, beam_size=args.beam, length_penalty_alpha=args.alpha):
         print(out, flush=True)
     return 0

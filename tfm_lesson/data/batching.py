@@ -16,7 +16,7 @@ from torch import Tensor
 from ..masks import causal_mask, padding_mask
 from .vocab import Vocab
 
-__all__ = ["Batch", "batches", "make_batch", "encode_batch", "pad_sequences"]
+__all__ = ["Batch", "batches", "batch_order", "make_batch", "encode_batch", "pad_sequences"]
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0, device: torch.device | str | None = None) -> Tensor:
@@ -99,17 +99,15 @@ def make_batch(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Vo
     return Batch(src, tgt, src_vocab.pad_id).to(device)
 
 
-def batches(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Vocab, batch_size: int,
-            shuffle: bool = True, seed: int = 0, device: torch.device | str | None = None,
-            sort_by_length: bool = False, drop_last: bool = False) -> Iterator[Batch]:
-    """One pass over ``pairs`` in batches of ``batch_size``.
+def batch_order(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Vocab, batch_size: int,
+                shuffle: bool = True, seed: int = 0, sort_by_length: bool = False,
+                drop_last: bool = False) -> list[list[int]]:
+    """The indices into ``pairs`` of each batch that :func:`batches` would build, in order (nothing encoded).
 
-    ``shuffle`` orders the pairs at random with ``seed`` (pass the epoch number, e.g. ``seed=epoch``, for a
-    new order each epoch). ``sort_by_length`` groups pairs of similar source length into the same batch
-    (less padding), then shuffles the order of the batches when ``shuffle``. ``drop_last`` drops a final
-    short batch.
+    Knowing the plan without building the batches lets a process under ``torchrun`` build only its own
+    batches, and lets a resumed run skip the batches it already trained on.
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     order = list(range(len(pairs)))
     rng = random.Random(seed)
@@ -127,5 +125,28 @@ def batches(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Vocab
         chunks.pop()
     if sort_by_length and shuffle:
         rng.shuffle(chunks)
-    for chunk in chunks:
-        yield make_batch([pairs[i] for i in chunk], src_vocab, tgt_vocab, device)
+    return chunks
+
+
+def batches(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Vocab, batch_size: int,
+            shuffle: bool = True, seed: int = 0, device: torch.device | str | None = None,
+            sort_by_length: bool = False, drop_last: bool = False, start: int = 0, rank: int = 0,
+            world_size: int = 1) -> Iterator[Batch]:
+    """One pass over ``pairs`` in batches of ``batch_size``.
+
+    ``shuffle`` orders the pairs at random with ``seed`` (pass the epoch number, e.g. ``seed=epoch``, for a
+    new order each epoch). ``sort_by_length`` groups pairs of similar source length into the same batch
+    (less padding), then shuffles the order of the batches when ``shuffle``. ``drop_last`` drops a final
+    short batch. ``start`` skips the first ``start`` batches; ``rank``/``world_size`` build only every
+    ``world_size``-th batch, from batch ``rank`` on (one process's share under ``torchrun``); the others are
+    never encoded. The order is :func:`batch_order`'s.
+    """
+    for name, value, low in (("start", start, 0), ("rank", rank, 0), ("world_size", world_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if rank >= world_size:
+        raise ValueError(f"rank must be < world_size={world_size}, got {rank}")
+    chunks = batch_order(pairs, src_vocab, tgt_vocab, batch_size, shuffle, seed, sort_by_length, drop_last)
+    for index in range(start, len(chunks)):
+        if index % world_size == rank:
+            yield make_batch([pairs[i] for i in chunks[index]], src_vocab, tgt_vocab, device)

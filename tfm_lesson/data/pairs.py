@@ -7,6 +7,7 @@ training split only. Because sources are unique before the cut, no source is in 
 """
 from __future__ import annotations
 
+import io
 import random
 import warnings
 from dataclasses import dataclass, field
@@ -92,20 +93,37 @@ def split_pairs(pairs: list[Pair], seed: int = 0, valid: float | int = 0.05,
 def from_pairs(pairs, seed: int = 0, valid: float | int = 0.05, test: float | int = 0.05,
                tokenizer: str = "words", name: str = "pairs", lower: bool = False, min_freq: int = 1,
                max_vocab: int | None = None, src_tokenizer: str | None = None,
-               tgt_tokenizer: str | None = None) -> ParallelData:
+               tgt_tokenizer: str | None = None, max_len: int | None = None) -> ParallelData:
     """Dedupe by source, split without overlap, build vocabularies from the training split.
 
     ``valid``/``test``: a fraction of the distinct pairs (float) or a number of pairs (int).
     ``src_tokenizer``/``tgt_tokenizer`` override ``tokenizer`` for one side.
+    ``max_len``: drop the pairs a model with that many positions cannot read, a source of more than
+    ``max_len - 1`` tokens (``</s>`` is added) or a target of more than ``max_len - 1`` (``<s>`` is
+    added); ``info["too_long"]`` counts them.
     """
     unique = dedupe_by_source(pairs)
-    train, valid_pairs, test_pairs = split_pairs(unique, seed=seed, valid=valid, test=test)
+    too_long = 0
+    if max_len is not None:
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
+            raise ValueError(f"max_len must be an int >= 2 (a token and </s>), got {max_len!r}")
+        src_tok = Vocab(tokenizer=src_tokenizer or tokenizer, lower=lower)
+        tgt_tok = Vocab(tokenizer=tgt_tokenizer or tokenizer, lower=lower)
+        kept = [(s, t) for s, t in unique
+                if len(src_tok.tokenize(s)) < max_len and len(tgt_tok.tokenize(t)) < max_len]
+        too_long = len(unique) - len(kept)
+        unique = kept
+    try:
+        train, valid_pairs, test_pairs = split_pairs(unique, seed=seed, valid=valid, test=test)
+    except ValueError as err:
+        dropped = f", {too_long} more too long for max_len={max_len}" if too_long else ""
+        raise ValueError(f"{name}: {len(unique)} distinct source sentence(s){dropped}: {err}") from None
     src_vocab = Vocab.build((s for s, _ in train), min_freq=min_freq, max_size=max_vocab,
                             tokenizer=src_tokenizer or tokenizer, lower=lower)
     tgt_vocab = Vocab.build((t for _, t in train), min_freq=min_freq, max_size=max_vocab,
                             tokenizer=tgt_tokenizer or tokenizer, lower=lower)
     info = {"seed": seed, "pairs_given": len(pairs) if hasattr(pairs, "__len__") else None,
-            "distinct_sources": len(unique)}
+            "distinct_sources": len(unique) + too_long, "too_long": too_long}
     return ParallelData(name, train, valid_pairs, test_pairs, src_vocab, tgt_vocab, info)
 
 
@@ -116,24 +134,33 @@ def read_tsv(path: str | PathLike, max_pairs: int | None = None, return_skipped:
     Extra columns are ignored. Blank lines, lines without a tab and lines with an empty side are
     skipped and counted; a warning gives the count (``warn=False`` silences it). With
     ``return_skipped=True`` returns ``(pairs, n_skipped)``. ``max_pairs`` stops after that many pairs.
+    A file that is not UTF-8 text raises ``ValueError`` naming the file and the first bad line.
     """
-    if max_pairs is not None and max_pairs < 0:
-        raise ValueError(f"max_pairs must be >= 0 or None, got {max_pairs}")
+    if max_pairs is not None and (isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 0):
+        raise ValueError(f"max_pairs must be an int >= 0 or None, got {max_pairs!r}")
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ValueError(f"{path} is not UTF-8 text: line {line} holds the byte 0x{raw[err.start]:02x}, "
+                         "which UTF-8 does not allow there; save the file as UTF-8 (for example "
+                         f"iconv -f latin1 -t utf-8 {path} > fixed.tsv)") from None
     pairs: list[Pair] = []
     skipped = 0
-    with open(path, encoding="utf-8-sig", newline="") as fh:
-        for line in fh:
-            if max_pairs is not None and len(pairs) >= max_pairs:
-                break
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                skipped += 1
-                continue
-            cols = line.split("\t")
-            if len(cols) < 2 or not cols[0].strip() or not cols[1].strip():
-                skipped += 1
-                continue
-            pairs.append((cols[0].strip(), cols[1].strip()))
+    for line in io.StringIO(text, newline=""):
+        if max_pairs is not None and len(pairs) >= max_pairs:
+            break
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            skipped += 1
+            continue
+        cols = line.split("\t")
+        if len(cols) < 2 or not cols[0].strip() or not cols[1].strip():
+            skipped += 1
+            continue
+        pairs.append((cols[0].strip(), cols[1].strip()))
     if skipped and warn:
         warnings.warn(f"read_tsv: skipped {skipped} blank or malformed line(s) in {path}", stacklevel=2)
     return (pairs, skipped) if return_skipped else pairs
