@@ -26,8 +26,11 @@ test-fast: setup  ## package tests only
 sync: setup  ## write each notebook from its py:percent script (keeps outputs)
 	$(VENV)/bin/jupytext --sync notebooks/*.py
 
-notebooks: setup  ## execute every chapter in place so its stored outputs are fresh
-	$(PY) -m tfm_lesson.course execute notebooks/[0-9][0-9]_*.ipynb
+# Stored outputs are CPU outputs (nbval compares them on any machine): chapters execute on the CPU unless told,
+# e.g. `make notebooks TFM_DEVICE=cuda` (then expect `device='cuda:0'` in the stored text).
+NOTEBOOK_DEVICE := $(if $(TFM_DEVICE),$(TFM_DEVICE),cpu)
+notebooks: setup  ## execute every chapter in place (on the CPU unless TFM_DEVICE says otherwise): fresh outputs
+	TFM_DEVICE=$(NOTEBOOK_DEVICE) $(PY) -m tfm_lesson.course execute notebooks/[0-9][0-9]_*.ipynb
 
 book: setup  ## build the Jupyter Book into book/_build/html (offline, from the stored outputs)
 	$(PY) -m tfm_lesson.course book
