@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -25,10 +26,12 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # Attention moves information *between* positions: each output is a weighted average of value vectors
 # from the whole sequence. But an average of values is still built from those values; attention alone
-# does very little *computation* on what it gathers. The second sub-layer of every encoder and decoder
-# layer does that computation, on each position separately: a small two-layer network, the
-# **position-wise feed-forward network** (FFN, paper section 3.3). It is the simplest part of the
-# Transformer, and it holds two thirds of its layer parameters.
+# does very little *computation* on what it gathers. The last sub-layer of every layer does that computation,
+# on each position separately: a small two-layer network, the **position-wise feed-forward network** (FFN,
+# paper section 3.3). In an encoder layer it is the second sub-layer (after self-attention), in a decoder
+# layer the third (after self-attention and cross-attention, chapter 08). It is the simplest part of the
+# Transformer, yet it holds about two thirds of an encoder layer's parameters and about half of a decoder
+# layer's.
 #
 # **What you will learn**
 #
@@ -39,18 +42,19 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # - what "position-wise" means, proven two ways: permuting positions permutes outputs, and the FFN *is*
 #   a convolution with kernel size 1;
 # - why the activation is essential (without it the two matrices collapse into one), and ReLU vs GELU;
-# - the parameter budget of one encoder layer: attention vs FFN vs norms.
+# - the parameter budget of one encoder layer and one decoder layer: attention vs FFN vs norms;
+# - the gated feed-forward layer (SwiGLU) that most current large models use instead.
 
 # %%
 import math
 
-import ipywidgets as ipw
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import tfm_lesson
-from tfm_lesson import EncoderLayer, PositionwiseFeedForward, viz, widgets
+import tfm_lesson as T
+from tfm_lesson import DecoderLayer, EncoderLayer, PositionwiseFeedForward, viz, widgets
 from tfm_lesson.checks import check_feed_forward, check_gelu, check_layer_budget
 
 tfm_lesson.seed_everything(0)
@@ -156,7 +160,9 @@ with torch.no_grad():
 # **A 1×1 convolution.** The paper says it: "another way of describing this is as two convolutions with
 # kernel size 1". A `Conv1d` with kernel size 1 slides over the sequence and applies the same
 # $d_{\text{in}} \to d_{\text{out}}$ matrix at each step, seeing one position at a time. It wants
-# $(\text{batch}, \text{channels}, \text{length})$, so we transpose in and out.
+# $(\text{batch}, \text{channels}, \text{length})$, so we transpose in and out. We compare in float64:
+# on a GPU, PyTorch by default lets convolutions run in the faster TF32 format, which keeps only about three
+# significant digits, and the check would then fail for a reason that has nothing to do with the FFN.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -168,15 +174,18 @@ with torch.no_grad():
     moved = (module(x_changed) - module(x)).abs().amax(dim=(0, 2)) > 0  # (seq_len,)
     print("outputs that moved when only position 0 changed:", moved.tolist())
 
-    conv1 = nn.Conv1d(d_model, d_ff, kernel_size=1).to(device)
-    conv2 = nn.Conv1d(d_ff, d_model, kernel_size=1).to(device)
-    conv1.weight.copy_(module.w_1.weight.unsqueeze(-1))  # (d_ff, d_model, 1)
-    conv1.bias.copy_(module.w_1.bias)
-    conv2.weight.copy_(module.w_2.weight.unsqueeze(-1))  # (d_model, d_ff, 1)
-    conv2.bias.copy_(module.w_2.bias)
-    by_conv = conv2(torch.relu(conv1(x.transpose(1, 2)))).transpose(1, 2)  # (batch, seq_len, d_model)
-    # (a loose tolerance: on a GPU, convolutions may run in TF32, with about 3 significant digits)
-    print("two 1x1 convolutions == FFN:", torch.allclose(by_conv, module(x), atol=1e-3))
+    # in float64: on a GPU, PyTorch lets cuDNN run float32 convolutions in TF32 (about 3 significant digits),
+    # which would blur a comparison that is exact in principle; TF32 never touches float64
+    module64, x64 = PositionwiseFeedForward(d_model, d_ff).to(device).double().eval(), x.double()
+    module64.load_state_dict(module.state_dict())
+    conv1 = nn.Conv1d(d_model, d_ff, kernel_size=1).to(device).double()
+    conv2 = nn.Conv1d(d_ff, d_model, kernel_size=1).to(device).double()
+    conv1.weight.copy_(module64.w_1.weight.unsqueeze(-1))  # (d_ff, d_model, 1)
+    conv1.bias.copy_(module64.w_1.bias)
+    conv2.weight.copy_(module64.w_2.weight.unsqueeze(-1))  # (d_model, d_ff, 1)
+    conv2.bias.copy_(module64.w_2.bias)
+    by_conv = conv2(torch.relu(conv1(x64.transpose(1, 2)))).transpose(1, 2)  # (batch, seq_len, d_model)
+    print("two 1x1 convolutions == FFN:", torch.allclose(by_conv, module64(x64), atol=1e-10))
 
 # %% [markdown]
 # ## Why the activation matters
@@ -214,8 +223,12 @@ print("with ReLU it is not:                     ",
 # roughly half of the hidden units are silent at initialisation (a sparse code). Later models (BERT, GPT-2
 # and most since) use **GELU**, $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
 # $z$ weighted by the probability that a standard normal variable is below it. It is smooth, close to ReLU
-# for large $|z|$, slightly negative for $z < 0$ (minimum $\approx -0.17$ at $z \approx -0.75$), and its
-# gradient is never exactly zero, so no unit is ever fully "dead". `PositionwiseFeedForward(...,
+# for large $|z|$, slightly negative for $z < 0$ (minimum $\approx -0.17$ at $z \approx -0.75$). Its slope,
+# $\Phi(z) + z\,\varphi(z)$, is positive right of that minimum, negative left of it, and zero at it; far to
+# the left it fades towards zero, and in float32 it is exactly 0 from about $z = -10$ on (the cell below
+# prints it). ReLU's slope is 0 for *every* negative input, so a unit whose pre-activation is negative for all
+# inputs gets no gradient at all (a "dead" unit); GELU still passes a small gradient over the moderately
+# negative range, which makes dead units rarer, not impossible. `PositionwiseFeedForward(...,
 # activation="gelu")` and `nn.TransformerEncoderLayer(..., activation="gelu")` both use the exact form.
 
 # %%
@@ -234,8 +247,26 @@ with torch.no_grad():
     print(f"hidden units exactly zero after GELU: {(F.gelu(pre) == 0).float().mean().item():.0%}")
     lowest = F.gelu(z).argmin()
     print("GELU minimum on [-4, 4]:", round(F.gelu(z)[lowest].item(), 2), "at z =", round(z[lowest].item(), 2))
+probe = torch.tensor([-12.0, -10.0, -3.0, -0.8, -0.7, 1.0], requires_grad=True)  # float32
+F.gelu(probe).sum().backward()
+for where, slope in zip(probe.tolist(), probe.grad.tolist()):
+    print(f"GELU slope at z = {where:6.1f}: {slope:+.2e}")
 
 # %% [markdown]
+# ### Gated feed-forward layers (SwiGLU)
+#
+# Most large language models of today (PaLM, LLaMA, Mistral and their descendants) no longer use this FFN
+# as it stands but a **gated** one, SwiGLU (Shazeer, 2020, "GLU Variants Improve Transformer"):
+#
+# $$\mathrm{FFN}_{\mathrm{SwiGLU}}(x) = \big(\mathrm{Swish}(xW) \odot xV\big)\,W_2,\qquad
+# \mathrm{Swish}(z) = z\,\sigma(z),$$
+#
+# where $\odot$ multiplies elementwise: one projection $xV$ is *gated* by another, $\mathrm{Swish}(xW)$, so
+# each hidden unit is a product of two learned views of the input. It has three matrices instead of two, so
+# $d_{ff}$ is usually shrunk (to about $\tfrac{2}{3} \cdot 4d_{\text{model}}$) to keep the parameter count.
+# It is still position-wise: everything said in this chapter about shapes and mixing still holds. Chapter 16
+# builds it and compares it with the paper's FFN.
+#
 # ## See it: the parameter budget of one encoder layer
 #
 # Count what one encoder layer of the base model ($d_{\text{model}} = 512$, $h = 8$, $d_{ff} = 2048$)
@@ -263,6 +294,9 @@ for name, n in budget.items():
 print(f"{'whole layer':15s} {count(base):>9,}")
 print("formulas agree:", budget == {"self-attention": 4 * 512 ** 2 + 4 * 512,
                                     "feed-forward": 2 * 512 * 2048 + 2048 + 512, "layer norms": 4 * 512})
+decoder_layer = DecoderLayer(512, 8, 2048)  # self-attention, cross-attention, feed-forward, three norms
+ffn_in_decoder = count(decoder_layer.feed_forward) / count(decoder_layer)
+print(f"one decoder layer: {count(decoder_layer):,} parameters, the feed-forward network {ffn_in_decoder:.1%} of them")
 
 # %%
 viz.plot_bars(budget, title="One base encoder layer: the FFN holds two thirds of the parameters",
@@ -278,36 +312,26 @@ viz.plot_bars(budget, title="One base encoder layer: the FFN holds two thirds of
 # $n > 4d_{\text{model}}$ (2048 tokens for the base model). The norms
 # are negligible in count, not in effect (chapter 05).
 #
+# A decoder layer (chapter 08) has a second attention, cross-attention, of the same size as the first, and
+# a third norm: its FFN holds the same 2.1 M parameters, but that is only half of the layer's 4.2 M (the
+# cell above prints 49.9%).
+#
 # ## Play with it
 #
-# Change $d_{\text{model}}$, the expansion $d_{ff}/d_{\text{model}}$ and the number of heads, and watch
-# the budget: the heads slider changes nothing (head count splits $d_{\text{model}}$, it does not add
-# parameters), and the expansion ratio decides the FFN's share. Outside a live notebook you see the
-# default, the base model.
+# Change $d_{\text{model}}$, the expansion $d_{ff}/d_{\text{model}}$, the number of heads and the kind of
+# layer, and watch the budget: the heads menu changes nothing (head count splits $d_{\text{model}}$, it does
+# not add parameters), and the expansion ratio decides the FFN's share. Outside a live notebook you see the
+# default, the base model's encoder layer.
 
 # %%
-d_slider = ipw.IntSlider(value=512, min=64, max=1024, step=64, description="d_model", continuous_update=False)
-ratio_slider = ipw.IntSlider(value=4, min=1, max=8, description="d_ff / d_model", continuous_update=False,
-                            style={"description_width": "initial"})
-heads_slider = ipw.Dropdown(options=[1, 2, 4, 8, 16], value=8, description="heads")
+widgets.budget_explorer()
 
-
-def render_budget():
-    layer = EncoderLayer(d_slider.value, heads_slider.value, ratio_slider.value * d_slider.value, dropout=0.0)
-    shares = {"self-attention": count(layer.self_attn), "feed-forward": count(layer.feed_forward),
-              "layer norms": count(layer.norm1) + count(layer.norm2)}
-    ffn_share = shares["feed-forward"] / sum(shares.values())
-    return viz.plot_bars(shares, title=f"d_model={d_slider.value}, d_ff={ratio_slider.value * d_slider.value}, "
-                                       f"heads={heads_slider.value}: FFN holds {ffn_share:.0%}", ylabel="parameters")
-
-
-widgets.Explorer("budget_explorer", {"d_model": d_slider, "ratio": ratio_slider, "heads": heads_slider},
-                 render_budget)
 
 # %% [markdown]
 # ## Exercises
 #
 # ### Exercise 1: your own feed-forward module
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `MyFeedForward(d_model, d_ff, dropout=0.0, activation="relu")`, an `nn.Module` with
 # `w_1 = nn.Linear(d_model, d_ff)` and `w_2 = nn.Linear(d_ff, d_model)` (these names let the checker load
@@ -344,10 +368,12 @@ class MyFeedForward(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_feed_forward(MyFeedForward)
 
 # %% [markdown]
 # ### Exercise 2: GELU from its definition
+# **Difficulty** 1/3 · **Importance** 1/3 · **Time** ~5 min
 #
 # Write `my_gelu(z)` $= z\,\Phi(z)$ elementwise, with $\Phi(z) = \frac12\left(1 +
 # \mathrm{erf}(z/\sqrt2)\right)$ the standard normal CDF (`torch.erf` exists), without calling `F.gelu`.
@@ -365,10 +391,12 @@ def my_gelu(z: torch.Tensor) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_gelu(my_gelu)
 
 # %% [markdown]
 # ### Exercise 3: the budget with pen and paper
+# **Difficulty** 2/3 · **Importance** 2/3 · **Time** ~10 min
 #
 # Write `layer_budget(d_model, heads, d_ff)` returning `{"attention": ..., "feed_forward": ...,
 # "norms": ...}`, the parameter counts (weights and biases) of one encoder layer's self-attention,
@@ -389,7 +417,14 @@ def layer_budget(d_model: int, heads: int, d_ff: int) -> dict:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_layer_budget(layer_budget)
+
+# %% [markdown]
+# ## Check your understanding
+
+# %%
+T.quiz.show("06")
 
 # %% [markdown]
 # ## Summary
@@ -403,6 +438,7 @@ check_layer_budget(layer_budget)
 # - The activation is what makes it more than one $d_{\text{model}} \times d_{\text{model}}$ linear map;
 #   ReLU (the paper) or GELU (most later models, smooth, $z\,\Phi(z)$).
 # - In a base encoder layer the FFN holds 2.1 M of 3.15 M parameters (two thirds), attention 1.05 M, the
-#   norms 2 048.
+#   norms 2 048; in a decoder layer, with its extra cross-attention, the same FFN is about half of 4.2 M.
+# - Most current large models use a gated variant, SwiGLU, still position-wise (chapter 16).
 #
 # Next, chapter 07 stacks attention and the FFN, each wrapped as in chapter 05, into the encoder.
