@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -319,6 +320,13 @@ print("maps:", tuple(maps.shape), "= (layers, heads, query, key)")
 viz.show_heads(maps, x_tokens=tokens, y_tokens=tokens,
                title="Untrained encoder, 'a dog ran </s>' + padding: padded keys get no weight")
 
+# %%
+real = int((src[1] != vocab.pad_id).sum())  # real tokens of 'a dog ran </s>'
+peak = maps[:, :, :real, :real].amax(-1)  # (layers, heads, real queries): each row's largest weight
+for layer in range(peak.size(0)):
+    print(f"layer {layer}: largest weight per row: mean {peak[layer].mean():.2f}, highest {peak[layer].max():.2f} "
+          f"(uniform over the {real} real keys would be {1 / real:.2f})")
+
 # %% [markdown]
 # What to look at:
 #
@@ -326,10 +334,11 @@ viz.show_heads(maps, x_tokens=tokens, y_tokens=tokens,
 # - the **rows** of the padded queries are not empty — padded positions still attend to the real tokens;
 #   nobody reads their outputs;
 # - untrained does not mean uniform: the embeddings (scaled to unit variance, chapter 09) pass through random
-#   projections, which give scores of order one, and softmax exaggerates their differences, so some rows of
-#   layer 0 are already peaked. Deeper layers, whose inputs are mixtures of several tokens, are flatter. None
-#   of these patterns means anything yet; training (chapter 10) turns them into specialised heads, as
-#   chapter 12 shows.
+#   projections, which give scores of order one, and softmax exaggerates their differences. The cell above
+#   prints each row's largest weight: in layer 0 it is 0.62 on average, and one row puts 0.98 on a single key,
+#   against 0.25 for uniform weights over the four real keys. Deeper layers, whose inputs are already mixtures
+#   of several tokens, are flatter (about 0.4), yet still far from uniform. None of these patterns means anything yet; training (chapter 10) turns
+#   them into specialised heads, as chapter 12 shows.
 
 # %% [markdown]
 # ## Play with it
@@ -343,14 +352,16 @@ widgets.attention_explorer(model, vocab, vocab, source="the red ball ran to the 
 # %% [markdown]
 # ## Exercises
 #
-# ### Exercise 1 — your own encoder layer
+# ### Exercise 1: your own encoder layer
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~20 min
 #
 # Write `MyEncoderLayer(d_model, heads, d_ff, dropout=0.1, norm_first=False)` from `T.MultiHeadAttention`,
 # `T.PositionwiseFeedForward`, `T.LayerNorm` and `nn.Dropout`, with the attribute names `self_attn`,
 # `feed_forward`, `norm1`, `norm2` (the checker loads tfm_lesson's weights by these names).
 # `forward(self, x, mask=None)`: post-norm when `norm_first` is false, pre-norm otherwise. Pitfalls the checker
-# recognises: `if mask:` on a tensor, a mask that never reaches `self_attn`, norms in the wrong place, and a
-# residual taken from a copy of `x` (outputs fine, gradients wrong).
+# recognises: `if mask:` on a tensor, a mask that never reaches `self_attn`, attention's `(output, weights)`
+# used as a tensor (take `[0]`), a missing residual, norms in the wrong place, and a residual taken from a copy
+# of `x` (outputs fine, gradients wrong).
 
 # %%
 class MyEncoderLayer(nn.Module):
@@ -383,16 +394,18 @@ class MyEncoderLayer(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_encoder_layer(MyEncoderLayer)
 
 # %% [markdown]
-# ### Exercise 2 — the stack
+# ### Exercise 2: the stack
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `MyEncoder(d_model, heads, d_ff, num_layers, dropout=0.1, norm_first=False)` with an `nn.ModuleList`
 # called `layers` of `num_layers` **independent** `T.EncoderLayer`s and an attribute `norm`: a final
 # `T.LayerNorm` when `norm_first`, else `None`. `forward(self, x, mask=None)` runs the layers in order, each
-# on the previous one's output, with the same mask. (A classic slip: `[layer] * num_layers` repeats *one*
-# layer, so all of them share weights.)
+# on the previous one's output, with the same mask; pass `dropout` and `norm_first` on to every layer.
+# (A classic slip: `[layer] * num_layers` repeats *one* layer, so all of them share weights.)
 
 # %%
 class MyEncoder(nn.Module):
@@ -419,10 +432,12 @@ class MyEncoder(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_encoder(MyEncoder)
 
 # %% [markdown]
-# ### Exercise 3 — load PyTorch's weights yourself
+# ### Exercise 3: load PyTorch's weights yourself
+# **Difficulty** 3/3 · **Importance** 2/3 · **Time** ~20 min
 #
 # `T.from_torch` did the copying for us. Write `load_encoder_layer(ours, theirs)` that copies the weights of
 # `theirs`, an `nn.TransformerEncoderLayer`, into `ours`, a `T.EncoderLayer` of the same sizes, in place.
@@ -454,7 +469,14 @@ def load_encoder_layer(ours, theirs):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_load_encoder_layer(load_encoder_layer)
+
+# %% [markdown]
+# ## Check your understanding
+
+# %%
+T.quiz.show("07")
 
 # %% [markdown]
 # ## Summary
@@ -467,7 +489,8 @@ check_load_encoder_layer(load_encoder_layer)
 # - `tfm_lesson.EncoderLayer`/`Encoder` equal `nn.TransformerEncoderLayer`/`nn.TransformerEncoder` in outputs
 #   and gradients, given the mask in torch's polarity (`T.torch_mask`), the optional final norm
 #   (`final_norm`), and torch's eval fast path switched off.
-# - Untrained attention is diffuse; padded keys get exactly zero.
+# - Untrained attention is not uniform (random projections already make some rows peaked), but its patterns
+#   mean nothing yet; padded keys get exactly zero.
 #
 # Next, chapter 08: the decoder, which adds a causal mask and attends to this encoder's memory.
 
