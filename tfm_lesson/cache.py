@@ -13,10 +13,18 @@ come from the memory, which does not change while decoding, so they are computed
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
-__all__ = ["KVCache", "CrossAttentionCache", "cache_nbytes"]
+__all__ = ["KVCache", "CrossAttentionCache", "DecoderCache", "cache_nbytes", "causal_mask_with_offset"]
+
+
+def causal_mask_with_offset(new_len: int, offset: int, device: torch.device | str | None = None) -> Tensor:
+    """``(new_len, offset + new_len)`` booleans: new query ``i`` (position ``offset + i``) may attend to keys
+    ``0 .. offset + i``: every cached position and the new ones up to itself."""
+    return torch.ones(new_len, offset + new_len, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
 def _check_kv(key: object, value: object) -> None:
@@ -124,8 +132,11 @@ class KVCache:
     def reorder(self, index: Tensor) -> None:
         """Keep rows ``index`` of the batch, in that order (beam search: each beam takes its parent's cache)."""
         if self._key is not None:
-            self._key = self._key.index_select(0, index)
-            self._value = self._value.index_select(0, index)
+            for name in ("_key", "_value"):
+                buffer = getattr(self, name)
+                moved = buffer.new_empty(len(index), *buffer.shape[1:])
+                moved[:, :, : self._length] = buffer[index, :, : self._length]  # copy only the filled positions
+                setattr(self, name, moved)
 
     def reset(self) -> None:
         """Forget everything: the next update starts a new sequence (any batch size)."""
@@ -173,6 +184,17 @@ class CrossAttentionCache:
 
     def reset(self) -> None:
         self.key = self.value = None
+
+
+class DecoderCache(NamedTuple):
+    """The two caches of one decoder layer: its self-attention (grows) and its cross-attention (fixed)."""
+
+    self_attn: KVCache
+    cross_attn: CrossAttentionCache
+
+    @property
+    def nbytes(self) -> int:
+        return self.self_attn.nbytes + self.cross_attn.nbytes
 
 
 def cache_nbytes(caches) -> int:

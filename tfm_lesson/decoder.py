@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from ._checks import check_features, check_positive_int
 from .attention import MultiHeadAttention
+from .cache import CrossAttentionCache, DecoderCache, KVCache
 from .feedforward import PositionwiseFeedForward
 from .norm import LayerNorm
 
@@ -31,28 +32,34 @@ class DecoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
-    def _self_attend(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, mask)[0])
+    def _self_attend(self, x: Tensor, mask: Tensor | None, cache: KVCache | None = None) -> Tensor:
+        return self.dropout1(self.self_attn(x, x, x, mask, cache=cache)[0])
 
-    def _cross_attend(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout2(self.cross_attn(x, memory, memory, mask)[0])  # query: decoder; key, value: memory
+    def _cross_attend(self, x: Tensor, memory: Tensor, mask: Tensor | None,
+                      cache: CrossAttentionCache | None = None) -> Tensor:
+        return self.dropout2(self.cross_attn(x, memory, memory, mask, cache=cache)[0])  # query: decoder; key, value: memory
 
     def _feed_forward(self, x: Tensor) -> Tensor:
         return self.dropout3(self.feed_forward(x))
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
+                memory_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
         """x ``(batch, tgt_len, d_model)``, memory ``(batch, src_len, d_model)``;
         tgt_mask broadcastable to ``(batch, heads, tgt_len, tgt_len)`` (usually causal and padding),
-        memory_mask to ``(batch, heads, tgt_len, src_len)`` (usually the source padding)."""
+        memory_mask to ``(batch, heads, tgt_len, src_len)`` (usually the source padding).
+
+        ``cache`` (chapter 15): x holds only the new positions; self-attention also sees the cached ones
+        (tgt_mask then covers ``(tgt_len, cached + tgt_len)``), cross-attention reuses the memory's keys and values.
+        """
         check_features(x, "x", self.d_model)
         check_features(memory, "memory", self.d_model)
+        self_cache, cross_cache = (None, None) if cache is None else cache
         if self.norm_first:
-            x = x + self._self_attend(self.norm1(x), tgt_mask)
-            x = x + self._cross_attend(self.norm2(x), memory, memory_mask)
+            x = x + self._self_attend(self.norm1(x), tgt_mask, self_cache)
+            x = x + self._cross_attend(self.norm2(x), memory, memory_mask, cross_cache)
             return x + self._feed_forward(self.norm3(x))
-        x = self.norm1(x + self._self_attend(x, tgt_mask))
-        x = self.norm2(x + self._cross_attend(x, memory, memory_mask))
+        x = self.norm1(x + self._self_attend(x, tgt_mask, self_cache))
+        x = self.norm2(x + self._cross_attend(x, memory, memory_mask, cross_cache))
         return self.norm3(x + self._feed_forward(x))
 
 
@@ -69,9 +76,15 @@ class Decoder(nn.Module):
             DecoderLayer(d_model, heads, d_ff, dropout, norm_first, activation, eps, bias) for _ in range(num_layers))
         self.norm = LayerNorm(d_model, eps, bias) if (norm_first if final_norm is None else final_norm) else None
 
+    def new_cache(self, max_len: int | None = None) -> list[DecoderCache]:
+        """One empty :class:`DecoderCache` per layer (``max_len`` target positions reserved, optional)."""
+        return [DecoderCache(KVCache(max_len), CrossAttentionCache()) for _ in self.layers]
+
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
-        """x ``(batch, tgt_len, d_model)`` -> ``(batch, tgt_len, d_model)``."""
-        for layer in self.layers:
-            x = layer(x, memory, tgt_mask, memory_mask)
+                memory_mask: Tensor | None = None, cache: list[DecoderCache] | None = None) -> Tensor:
+        """x ``(batch, tgt_len, d_model)`` -> ``(batch, tgt_len, d_model)``; ``cache``: from :meth:`new_cache`."""
+        if cache is not None and len(cache) != len(self.layers):
+            raise ValueError(f"cache must hold one DecoderCache per layer ({len(self.layers)}), got {len(cache)}")
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, tgt_mask, memory_mask, None if cache is None else cache[i])
         return x if self.norm is None else self.norm(x)

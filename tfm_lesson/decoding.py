@@ -1,7 +1,9 @@
 """Turning a trained model into translations: greedy decoding and beam search, both batched.
 
-Both run the encoder once (``model.encode``) and then call ``model.decode`` on the growing target prefix,
-one token per step, reading the generator's prediction for the last position:
+Both run the encoder once (``model.encode``) and then add one token per step, reading the generator's
+prediction for the last position. With ``use_cache=True`` (the default, chapter 15) each step feeds only
+the newest token and the decoder's layers keep the keys and values of the earlier ones; with
+``use_cache=False`` each step runs ``model.decode`` on the whole prefix again. Both give the same tokens.
 
     tokens = greedy_decode(model, src, max_len=20, bos_id=1, eos_id=2)      # (batch, <= 21)
     tokens = beam_search(model, src, beam_size=4, max_len=20, bos_id=1, eos_id=2)
@@ -9,6 +11,10 @@ one token per step, reading the generator's prediction for the last position:
 
 Returned token tensors start with ``bos_id``; after a sequence's ``eos_id`` comes padding
 (``model.config.tgt_pad_id``).
+
+The loops keep their work on the model's device: tokens are written into a tensor made up front, and
+whether every row has ended is read back to the host only every ``SYNC_EVERY`` steps (a read-back waits
+for the GPU to finish; a few extra steps after the last row ended cost less, and are cut off at the end).
 """
 from __future__ import annotations
 
@@ -19,6 +25,10 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_positive_int
+from .cache import causal_mask_with_offset
+from .masks import padding_mask
+
+SYNC_EVERY = 8  # steps between checks of "has every row ended?" (each check copies one bool to the host)
 
 __all__ = ["greedy_decode", "beam_search", "sequence_log_prob", "translate", "encode_texts", "length_penalty"]
 
@@ -41,35 +51,64 @@ def _check_src(src: object) -> Tensor:
     return src
 
 
-def _next_log_probs(model: nn.Module, ys: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-    """log p(next token | prefix ys, source): ``(batch, tgt_vocab)``."""
-    states = model.decode(ys, memory, src_mask)  # (batch, t, d_model)
+def _check_bos(model: nn.Module, bos_id: object, eos_id: object) -> None:
+    vocab = model.config.tgt_vocab
+    if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < vocab:
+        raise ValueError(f"bos_id must be an id in [0, {vocab}), got {bos_id!r}")
+    if isinstance(eos_id, bool) or not isinstance(eos_id, int):
+        raise ValueError(f"eos_id must be an int, got {eos_id!r}")
+
+
+def _next_log_probs(model: nn.Module, ys: Tensor, memory: Tensor, src_mask: Tensor, cache: list | None = None) -> Tensor:
+    """log p(next token | prefix ys, source): ``(batch, tgt_vocab)``.
+
+    Without a cache the whole prefix ``ys`` is decoded again. With one, only the tokens not cached yet
+    (the last one, after the first step) are fed; the mask hides padded prefix positions exactly as the
+    uncached mask does. The ids come from the model itself (or ``bos_id``, checked once), so they are not
+    checked again at every step.
+    """
+    if cache is None:
+        states = model.decode(ys, memory, src_mask, check_ids=False)  # (batch, t, d_model)
+    else:
+        new = ys[:, len(cache[0].self_attn):]  # (batch, new_len): the tokens the cache has not seen
+        tgt_mask = padding_mask(ys, model.config.tgt_pad_id)  # (batch, 1, 1, t): padded keys hidden
+        if new.size(1) > 1:
+            tgt_mask = tgt_mask & causal_mask_with_offset(new.size(1), ys.size(1) - new.size(1), ys.device)
+        states = model.decode(new, memory, src_mask, tgt_mask, cache=cache, check_ids=False)  # (batch, new_len, d_model)
     return model.generator(states[:, -1]).float().log_softmax(dim=-1)  # (batch, tgt_vocab)
 
 
 def greedy_decode(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int,
-                  src_mask: Tensor | None = None) -> Tensor:
+                  src_mask: Tensor | None = None, use_cache: bool = True) -> Tensor:
     """Pick the most probable next token at every step, for a whole batch at once.
 
     src ``(batch, src_len)`` -> tokens ``(batch, 1 + n)`` with ``n <= max_len`` generated tokens, starting
-    with ``bos_id``; a row stops at its ``eos_id`` and is padded afterwards. Stops early when every row ended.
+    with ``bos_id``; a row stops at its ``eos_id`` and is padded afterwards. Stops early when every row ended
+    (``n`` is the step at which the last row ended). ``use_cache``: see the module's docstring.
     """
     src = _check_src(src)
     check_positive_int(max_len, "max_len")
+    _check_bos(model, bos_id, eos_id)
     pad_id = model.config.tgt_pad_id
+    batch, device = src.size(0), src.device
     with _eval_mode(model):
         src_mask = model.make_src_mask(src) if src_mask is None else src_mask  # (batch, 1, 1, src_len)
         memory = model.encode(src, src_mask)  # (batch, src_len, d_model): computed once
-        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (batch, 1)
-        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            next_token = _next_log_probs(model, ys, memory, src_mask).argmax(dim=-1)  # (batch,)
+        cache = model.new_cache(1 + max_len) if use_cache else None
+        ys = torch.full((batch, 1 + max_len), pad_id, dtype=torch.long, device=device)  # filled column by column
+        ys[:, 0] = bos_id
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        ended_at = torch.full((batch,), max_len, dtype=torch.long, device=device)  # step of each row's eos
+        for step in range(1, max_len + 1):
+            next_token = _next_log_probs(model, ys[:, :step], memory, src_mask, cache).argmax(dim=-1)  # (batch,)
             next_token = next_token.masked_fill(done, pad_id)
-            ys = torch.cat([ys, next_token[:, None]], dim=1)  # (batch, t + 1)
-            done |= next_token == eos_id
-            if bool(done.all()):
+            ys[:, step] = next_token
+            ended = ~done & (next_token == eos_id)
+            ended_at = ended_at.masked_fill(ended, step)
+            done |= ended
+            if step % SYNC_EVERY == 0 and bool(done.all()):  # a host sync only every SYNC_EVERY steps
                 break
-    return ys
+        return ys[:, : 1 + int(ended_at.max())]  # one copy to the host at the end: drop the steps after the last eos
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
@@ -79,7 +118,7 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
 
 def beam_search(model: nn.Module, src: Tensor, beam_size: int, max_len: int, bos_id: int, eos_id: int,
                 length_penalty_alpha: float = 0.6, src_mask: Tensor | None = None,
-                return_scores: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                return_scores: bool = False, use_cache: bool = True) -> Tensor | tuple[Tensor, Tensor]:
     """Keep the ``beam_size`` most probable prefixes per sentence; the whole batch's beams run together.
 
     Each step scores every extension of every live prefix by its total log-probability, keeps the top
@@ -88,11 +127,14 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, max_len: int, bos
     ``log p / length_penalty(length, alpha)`` (``alpha = length_penalty_alpha``; 0 compares raw log-probs).
 
     src ``(batch, src_len)`` -> tokens ``(batch, 1 + n)`` (and, with ``return_scores``, the winners'
-    total log-probabilities ``(batch,)``). ``beam_size=1`` is exactly :func:`greedy_decode`.
+    total log-probabilities ``(batch,)``). ``beam_size=1`` is exactly :func:`greedy_decode`. With
+    ``use_cache`` every beam's self-attention cache follows its parent at each step (``cache.reorder``); the
+    cross-attention caches need no reordering, since a beam's parent is a beam of the same sentence.
     """
     src = _check_src(src)
     check_positive_int(beam_size, "beam_size")
     check_positive_int(max_len, "max_len")
+    _check_bos(model, bos_id, eos_id)
     if length_penalty_alpha < 0:
         raise ValueError(f"length_penalty_alpha must be >= 0, got {length_penalty_alpha!r}")
     pad_id = model.config.tgt_pad_id
@@ -108,8 +150,9 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, max_len: int, bos
         scores[:, 1:] = float("-inf")  # at the start all beams are the same prefix: expand only the first
         done = torch.zeros(batch * k, dtype=torch.bool, device=device)
         lengths = torch.zeros(batch * k, device=device)  # generated tokens, eos included
-        for _ in range(max_len):
-            log_probs = _next_log_probs(model, ys, memory, src_mask)  # (batch * k, vocab)
+        cache = model.new_cache(1 + max_len) if use_cache else None
+        for step in range(1, max_len + 1):
+            log_probs = _next_log_probs(model, ys, memory, src_mask, cache)  # (batch * k, vocab)
             vocab = log_probs.size(-1)
             # a finished beam may only be extended by padding, at no cost: its score stays as it was
             finished = torch.full_like(log_probs, float("-inf"))
@@ -121,10 +164,13 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, max_len: int, bos
             token = (flat % vocab).view(-1)  # (batch * k,)
             parent = parent.view(-1)
             ys = torch.cat([ys[parent], token[:, None]], dim=1)  # (batch * k, t + 1)
+            if cache is not None:
+                for layer_cache in cache:
+                    layer_cache.self_attn.reorder(parent)  # each beam continues its parent's prefix
             was_done = done[parent]
             lengths = lengths[parent] + (~was_done).float()
             done = was_done | (token == eos_id)
-            if bool(done.all()):
+            if step % SYNC_EVERY == 0 and bool(done.all()):  # a host sync only every SYNC_EVERY steps
                 break
         normalised = scores / length_penalty(lengths.view(batch, k), length_penalty_alpha)  # (batch, k)
         best = normalised.argmax(dim=-1) + torch.arange(batch, device=device) * k  # (batch,)
@@ -158,11 +204,12 @@ def encode_texts(texts: Sequence[str], vocab, device: torch.device | str | None 
 
 
 def translate(model: nn.Module, texts: Sequence[str], src_vocab, tgt_vocab, beam_size: int = 1,
-              max_len: int | None = None, length_penalty_alpha: float = 0.6, batch_size: int = 128) -> list[str]:
+              max_len: int | None = None, length_penalty_alpha: float = 0.6, batch_size: int = 128,
+              use_cache: bool = True) -> list[str]:
     """Translate a list of sentences (greedy when ``beam_size == 1``), in batches of ``batch_size``.
 
     ``max_len`` (generated tokens) defaults to twice the longest source plus 10, within the model's
-    positional table.
+    positional table. The tokens of a batch are copied to the host once.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings; wrap a single sentence in a list")
@@ -173,9 +220,9 @@ def translate(model: nn.Module, texts: Sequence[str], src_vocab, tgt_vocab, beam
         src = encode_texts(texts[start:start + batch_size], src_vocab, device)  # (batch, src_len)
         limit = max_len or min(2 * src.size(1) + 10, model.config.max_len - 1)
         if beam_size == 1:
-            tokens = greedy_decode(model, src, limit, tgt_vocab.bos_id, tgt_vocab.eos_id)
+            tokens = greedy_decode(model, src, limit, tgt_vocab.bos_id, tgt_vocab.eos_id, use_cache=use_cache)
         else:
             tokens = beam_search(model, src, beam_size, limit, tgt_vocab.bos_id, tgt_vocab.eos_id,
-                                 length_penalty_alpha)
-        out.extend(tgt_vocab.decode(row.tolist()) for row in tokens)
+                                 length_penalty_alpha, use_cache=use_cache)
+        out.extend(tgt_vocab.decode(row) for row in tokens.tolist())  # one copy to the host per batch
     return out

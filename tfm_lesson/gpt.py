@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ._checks import check_positive_int, check_probability, check_tokens
 from .attention import MultiHeadAttention
-from .cache import KVCache
+from .cache import KVCache, causal_mask_with_offset
 from .feedforward import PositionwiseFeedForward
 from .modern import GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU
 from .norm import LayerNorm
@@ -139,11 +139,6 @@ def _make_positional(config: GPTConfig) -> nn.Module | None:
         return None
     raise ValueError(f"positional={config.positional!r} is not implemented yet in tfm_lesson.gpt "
                      "(available: 'learned', 'sinusoidal')")
-
-
-def causal_mask_with_offset(new_len: int, offset: int, device: torch.device | str | None = None) -> Tensor:
-    """``(new_len, offset + new_len)``: new query ``i`` (position ``offset + i``) sees keys ``0 .. offset + i``."""
-    return torch.ones(new_len, offset + new_len, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
 class GPTBlock(nn.Module):

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_positive_int, check_probability, check_tokens
+from .cache import DecoderCache, causal_mask_with_offset
 from .decoder import Decoder
 from .encoder import Encoder
 from .feedforward import ACTIVATIONS
@@ -139,30 +140,49 @@ class Transformer(nn.Module):
         return combine_masks(padding_mask(tgt, self.config.tgt_pad_id), causal_mask(tgt.size(1), tgt.device))
 
     # the three steps -------------------------------------------------------------------------------------
-    def _embed(self, tokens: Tensor, embedding: nn.Embedding, name: str, vocab: int, offset: int = 0) -> Tensor:
-        check_tokens(tokens, name, vocab)
+    def _embed(self, tokens: Tensor, embedding: nn.Embedding, name: str, vocab: int, offset: int = 0,
+               check_ids: bool = True) -> Tensor:
+        if check_ids:
+            check_tokens(tokens, name, vocab)
         if tokens.size(1) < 1:
             raise ValueError(f"{name} must hold at least one token per sequence, got shape {tuple(tokens.shape)}")
         if offset + tokens.size(1) > self.config.max_len:
-            raise ValueError(f"{name} has length {tokens.size(1)} but the positional table holds "
-                             f"max_len={self.config.max_len} positions")
+            raise ValueError(f"{name} has length {tokens.size(1)}" + (f" after {offset} cached" if offset else "") +
+                             f" but the positional table holds max_len={self.config.max_len} positions")
         x = embedding(tokens) * math.sqrt(self.config.d_model)  # (batch, len, d_model)
         return self.dropout(self.positional(x, offset))
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, *, check_ids: bool = True) -> Tensor:
         """src ``(batch, src_len)`` ids -> memory ``(batch, src_len, d_model)``."""
-        x = self._embed(src, self.src_embed, "src", self.config.src_vocab)
+        x = self._embed(src, self.src_embed, "src", self.config.src_vocab, check_ids=check_ids)
         return self.encoder(x, self.make_src_mask(src) if src_mask is None else src_mask)
 
+    def new_cache(self, max_len: int | None = None) -> list[DecoderCache]:
+        """Empty caches for :meth:`decode`, one :class:`~tfm_lesson.cache.DecoderCache` per decoder layer."""
+        return self.decoder.new_cache(max_len)
+
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None) -> Tensor:
+               tgt_mask: Tensor | None = None, cache: list[DecoderCache] | None = None, *,
+               check_ids: bool = True) -> Tensor:
         """tgt ``(batch, tgt_len)`` ids and memory -> decoder states ``(batch, tgt_len, d_model)``.
 
         ``src_mask`` hides padded memory positions from cross-attention (pass the one used to encode);
         ``tgt_mask`` defaults to causal and target padding.
+
+        With ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the new tokens; their positions start
+        at the number of cached ones and the default ``tgt_mask`` is causal over cached and new positions
+        (padding is not known for cached positions: pass ``tgt_mask`` ``(batch, 1, tgt_len, cached + tgt_len)``
+        when the target holds padding). ``check_ids=False`` skips the id check (one host sync) for ids that
+        the model itself produced.
         """
-        x = self._embed(tgt, self.tgt_embed, "tgt", self.config.tgt_vocab)
-        return self.decoder(x, memory, self.make_tgt_mask(tgt) if tgt_mask is None else tgt_mask, src_mask)
+        offset = 0 if cache is None else len(cache[0].self_attn)
+        x = self._embed(tgt, self.tgt_embed, "tgt", self.config.tgt_vocab, offset, check_ids)
+        if tgt_mask is None:
+            if cache is None:
+                tgt_mask = self.make_tgt_mask(tgt)
+            elif tgt.size(1) > 1:  # one new token may see every cached position: no mask needed
+                tgt_mask = causal_mask_with_offset(tgt.size(1), offset, tgt.device)
+        return self.decoder(x, memory, tgt_mask, src_mask, cache)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
@@ -172,8 +192,8 @@ class Transformer(nn.Module):
         if src.size(0) != tgt.size(0):
             raise ValueError(f"src and tgt must have the same batch size, got {src.size(0)} and {tgt.size(0)}")
         src_mask = self.make_src_mask(src) if src_mask is None else src_mask
-        memory = self.encode(src, src_mask)
-        return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))
+        memory = self.encode(src, src_mask, check_ids=False)  # checked above: once per batch
+        return self.generator(self.decode(tgt, memory, src_mask, tgt_mask, check_ids=False))
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
