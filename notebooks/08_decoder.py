@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -80,6 +81,22 @@ print("running on", device.type)
 # source token — and the output is $(t, d_k)$ per head, $(t, d_\text{model})$ after $W^O$: the shape of the
 # decoder's stream, whatever the source length.
 #
+# That is the paper's **post-norm** layer: each norm sees the *sum* of a sub-layer's input and output. The
+# **pre-norm** layer (`norm_first=True`) normalises the input of each branch instead and leaves the sum alone:
+#
+# $$\begin{aligned}
+# z_1 &= x + \mathrm{Dropout}\big(\mathrm{MultiHead}(\tilde x, \tilde x, \tilde x;\ M_\text{tgt})\big),
+#   & \tilde x &= \mathrm{LayerNorm}_1(x)\\
+# z_2 &= z_1 + \mathrm{Dropout}\big(\mathrm{MultiHead}(\tilde z_1, m, m;\ M_\text{src})\big),
+#   & \tilde z_1 &= \mathrm{LayerNorm}_2(z_1)\\
+# y &= z_2 + \mathrm{Dropout}\big(\mathrm{FFN}(\tilde z_2)\big), & \tilde z_2 &= \mathrm{LayerNorm}_3(z_2)
+# \end{aligned}$$
+#
+# Two details matter. In cross-attention only the query $\tilde z_1$ goes through $\mathrm{LayerNorm}_2$; the
+# memory $m$ enters as it is (the encoder has already normalised it). And the stream $y$ leaves the layer
+# unnormalised, so a pre-norm *stack* ends with one more LayerNorm after its last layer; that final norm
+# belongs to the stack (`T.Decoder`'s `norm`), not to the layers.
+#
 # The masks (True = may attend):
 #
 # $$M_\text{tgt}[b, i, j] = (j \le i) \wedge (\text{tgt}_{b, j} \ne \text{pad}) \quad (\text{batch}, 1, t, t),
@@ -101,7 +118,7 @@ causal = T.causal_mask(tgt.size(1), device)           # (t, t)
 padding = T.padding_mask(tgt, pad_id=0)                # (batch, 1, 1, t)
 tgt_mask = padding & causal                            # (batch, 1, t, t)
 print("causal", tuple(causal.shape), "& padding", tuple(padding.shape), "->", tuple(tgt_mask.shape))
-print(tgt_mask[1, 0].int())
+print(tgt_mask[1, 0].int().cpu())  # printed from the CPU: the same text on any device
 
 # %%
 viz.show_mask(tgt_mask[1, 0], x_tokens=["<s>", "w1", "</s>", "<pad>", "<pad>"],
@@ -123,9 +140,9 @@ layer = T.DecoderLayer(d_model, heads, d_ff, dropout=0.1).to(device).eval()  # h
 
 src = torch.tensor([[4, 5, 6, 7, 8, 9, 2],
                     [4, 9, 2, 0, 0, 0, 0]], device=device)  # (batch, s=7)
-memory = torch.randn(2, src.size(1), d_model, device=device)  # stands in for the encoder's output
-memory_mask = T.padding_mask(src, pad_id=0)                  # (batch, 1, 1, s)
-x = torch.randn(2, tgt.size(1), d_model, device=device)       # target states (batch, t, d_model)
+memory = torch.randn(2, src.size(1), d_model).to(device)  # stands in for the encoder's output (drawn on the CPU)
+memory_mask = T.padding_mask(src, pad_id=0)              # (batch, 1, 1, s)
+x = torch.randn(2, tgt.size(1), d_model).to(device)       # target states (batch, t, d_model)
 
 
 def decoder_layer_by_hand(x, memory, tgt_mask, memory_mask, show=False):
@@ -173,7 +190,7 @@ print("prefix by prefix == one pass with the causal mask:", torch.allclose(slow,
 # %%
 # NBVAL_CHECK_OUTPUT
 x_changed = x.clone()
-x_changed[:, -1] = torch.randn(2, d_model, device=device)  # a different last target token
+x_changed[:, -1] = torch.randn(2, d_model).to(device)  # a different last target token
 with_mask = layer(x_changed, memory, causal, memory_mask)
 without = layer(x_changed, memory, None, memory_mask)
 print("causal: earlier positions unchanged:   ", torch.allclose(with_mask[:, :-1], fast[:, :-1], atol=1e-6))
@@ -232,8 +249,13 @@ for norm_first in (False, True):
           f"input gradients equal {torch.allclose(x_ours.grad, x_theirs.grad, atol=1e-4)}")
 
 # %% [markdown]
-# And the stack, with `nn.TransformerDecoder`'s optional final norm (which `nn.Transformer` always adds;
-# `from_torch` turns it into `final_norm=True`):
+# And the stack. Which stacks end with a final LayerNorm? In the paper's design (post-norm) none does: every
+# layer already ends with a norm, so the stack's output is normalised. A final norm is needed only by a
+# pre-norm stack, whose stream leaves the last layer unnormalised; that is what `T.Decoder` does by default
+# (`norm` exists only when `norm_first`). PyTorch differs: `nn.TransformerDecoder` takes an optional `norm`,
+# and `nn.Transformer` *always* passes one, post-norm or not, an extra LayerNorm on top of the paper's design.
+# `from_torch` keeps whatever the torch module has: a final norm becomes `final_norm=True`, so the converted
+# stack computes exactly what torch's does.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -268,6 +290,10 @@ with torch.no_grad(), T.record_attention(model) as record:
     logits = model(src_ids, tgt_ids)  # (1, t, vocab)
 cross = record.get(kind="cross", layer=0)  # (batch, heads, t, s)
 print("logits", tuple(logits.shape), " cross-attention", tuple(cross.shape))
+mean_map = cross[0].mean(0)  # (t, s): the mean of the heads, drawn below
+print(f"mean of the heads: weights from {mean_map.min():.2f} to {mean_map.max():.2f} "
+      f"(uniform over the {cross.size(-1)} source tokens: {1 / cross.size(-1):.2f}); "
+      f"single heads reach {cross.max():.2f}")
 
 # %%
 viz.show_attention(cross[0].mean(0), x_tokens=src_tokens, y_tokens=tgt_tokens, xlabel="source (memory)",
@@ -275,8 +301,10 @@ viz.show_attention(cross[0].mean(0), x_tokens=src_tokens, y_tokens=tgt_tokens, x
 
 # %% [markdown]
 # Every row sums to 1 over the source: each target position distributes its attention over the $s = 7$
-# source tokens. Untrained, the rows are blurry and all alike; there is no alignment yet — the diagonal-ish
-# pattern a trained model shows for "le chat" ↔ "the cat" has to be learned. Compare with the decoder's
+# source tokens. Untrained and averaged over the heads, the rows are blurry (the cell above prints every
+# weight between 0.09 and 0.24, around the uniform 0.14); single heads are more peaked, as in chapter 07, but
+# their peaks are accidents of the random weights. There is no alignment yet — the diagonal-ish pattern a
+# trained model shows for "le chat" ↔ "the cat" has to be learned. Compare with the decoder's
 # *self*-attention of the same pass: its upper triangle is exactly zero, the causal mask at work.
 
 # %%
@@ -299,11 +327,15 @@ explorer
 # %% [markdown]
 # ## Exercises
 #
-# ### Exercise 1 — the decoder's self-attention mask
+# ### Exercise 1: the decoder's self-attention mask
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `target_mask(tgt, pad_id)`: `tgt` is $(\text{batch}, t)$ token ids; return a **boolean** mask, True =
 # may attend, broadcastable to $(\text{batch}, 1, t, t)$, in which query $i$ sees key $j$ only if $j \le i$
-# and token $j$ is not padding. Use only comparisons, `torch.ones(...).tril()` and `&`.
+# and token $j$ is not padding. Use only comparisons, `torch.ones(t, t, dtype=torch.bool,
+# device=tgt.device).tril()` and `&`. Both arguments of that `torch.ones` matter: `&` combines boolean tensors
+# only (`torch.ones` gives floats by default), and a mask built on the CPU cannot meet a `tgt` that lives on a
+# GPU. The checker also runs your function on a `tgt` placed on another device to make sure.
 
 # %%
 def target_mask(tgt, pad_id):
@@ -319,16 +351,23 @@ def target_mask(tgt, pad_id):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_target_mask(target_mask)
 
 # %% [markdown]
-# ### Exercise 2 — your own decoder layer
+# ### Exercise 2: your own decoder layer
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~20 min
 #
-# Write `MyDecoderLayer(d_model, heads, d_ff, dropout=0.1, norm_first=False)` with attributes `self_attn`,
-# `cross_attn`, `feed_forward`, `norm1`, `norm2`, `norm3`, and
+# Write `MyDecoderLayer(d_model, heads, d_ff, dropout=0.1, norm_first=False)` from tfm_lesson's parts:
+# two `T.MultiHeadAttention(d_model, heads, dropout)` called `self_attn` and `cross_attn`, a
+# `T.PositionwiseFeedForward(d_model, d_ff, dropout)` called `feed_forward`, three `T.LayerNorm(d_model)`
+# called `norm1`, `norm2`, `norm3`, and three `nn.Dropout(dropout)` for the sub-layers' outputs (the checker
+# loads tfm_lesson's weights by these names). Then
 # `forward(self, x, memory, tgt_mask=None, memory_mask=None)`: masked self-attention, cross-attention
-# (which argument is the query?), feed-forward; post-norm unless `norm_first`. The checker uses a source
-# longer than the target, changes future target positions, and compares gradients.
+# (which argument is the query?), feed-forward; post-norm unless `norm_first` (the two sets of equations
+# above). `T.MultiHeadAttention` returns `(output, weights)`: take `[0]`. The checker uses a source longer
+# than the target, changes future target positions, compares gradients, and names the classic slips (masks
+# swapped, a missing residual, the memory normalised in pre-norm, ...).
 
 # %%
 class MyDecoderLayer(nn.Module):
@@ -365,15 +404,19 @@ class MyDecoderLayer(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_decoder_layer(MyDecoderLayer)
 
 # %% [markdown]
-# ### Exercise 3 — the decoder stack
+# ### Exercise 3: the decoder stack
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `MyDecoder(d_model, heads, d_ff, num_layers, dropout=0.1, norm_first=False)` with `layers`, an
-# `nn.ModuleList` of independent `T.DecoderLayer`s, and `norm` (a final `T.LayerNorm` when `norm_first`, else
-# `None`); `forward(self, x, memory, tgt_mask=None, memory_mask=None)` feeds each layer the previous layer's
-# output and the *same* memory and masks.
+# `nn.ModuleList` of `num_layers` independent `T.DecoderLayer(d_model, heads, d_ff, dropout, norm_first)`
+# (pass `dropout` and `norm_first` to every layer), and `norm`: a final `T.LayerNorm(d_model)` when
+# `norm_first`, else `None` (the paper's post-norm stack has none, as explained above);
+# `forward(self, x, memory, tgt_mask=None, memory_mask=None)` feeds each layer the previous layer's output
+# and the *same* memory and masks.
 
 # %%
 class MyDecoder(nn.Module):
@@ -400,7 +443,14 @@ class MyDecoder(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_decoder(MyDecoder)
+
+# %% [markdown]
+# ## Check your understanding
+
+# %%
+T.quiz.show("08")
 
 # %% [markdown]
 # ## Summary
