@@ -216,3 +216,57 @@ def test_explicit_layer_norm_of_large_half_values(dtype):
     ref = T.LayerNorm(4)(x)
     assert explicit.dtype == dtype
     assert torch.allclose(explicit.float(), ref, atol=2e-2) and torch.allclose(explicit.float(), fused.float(), atol=1e-2)
+
+
+# widgets stay responsive ----------------------------------------------------------------------------------------------
+def _texts(fig) -> list:
+    return [t for t in fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "_preprocess_math")) if t.get_text()]
+
+
+def test_explorer_text_with_dollars_is_drawn_as_text():
+    """"it costs $5 and $6" was drawn as math: "5and6" in italics."""
+    from tfm_lesson import widgets
+
+    explorer = widgets.translate_widget(lambda s: s.upper(), "it costs $5 and $6")
+    shown = {t._preprocess_math(t.get_text()) for t in _texts(explorer.figure)}
+    assert ("it costs $5 and $6", False) in shown and ("IT COSTS $5 AND $6", False) in shown, shown
+    assert not any(is_math for _, is_math in shown)
+
+
+def test_a_long_input_is_cut_with_a_note():
+    from tfm_lesson import widgets
+
+    seen = []
+    explorer = widgets.translate_widget(lambda s: seen.append(len(s)) or "ok", "word " * 20_000)
+    assert seen and max(seen) <= widgets.TEXT_LIMIT
+    assert any("only the first 300 of 99,999 characters are used" in t.get_text() for t in _texts(explorer.figure))
+
+
+def test_a_slow_callback_never_blocks_building_or_the_browser(monkeypatch):
+    import threading
+    import time
+
+    from tfm_lesson import widgets
+
+    monkeypatch.setattr(widgets, "BUILD_WAIT", 0.5)
+    release = threading.Event()
+    calls = []
+
+    def slow(text):
+        calls.append(text)
+        release.wait(60)
+        return text
+
+    start = time.perf_counter()
+    explorer = widgets.translate_widget(slow, "hello")
+    assert time.perf_counter() - start < 10, "building waited for the callback"
+    assert "drawing" in explorer.status.value and not explorer.image.value
+    box = explorer.controls["source"]
+    start = time.perf_counter()
+    for text in ("hello w", "hello wo", "hello world"):  # typed in the browser while the first render runs
+        with box._lock_property(value=text):
+            box.value = text
+    assert time.perf_counter() - start < 2, "a change from the browser waited for the render"
+    release.set()
+    assert explorer.wait(30) and explorer.png and explorer.error == ""
+    assert calls[0] == "hello" and calls[-1] == "hello world" and len(calls) <= 3  # changes merged

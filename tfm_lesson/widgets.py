@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import math
 import textwrap
+import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
@@ -58,6 +59,9 @@ __all__ = [
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 HIGHLIGHT = "#E69F00"  # Okabe-Ito orange: frames the selected row / head / dimension
+TEXT_LIMIT = 300  # characters of typed text an explorer reads; the rest is cut, with a note
+BUILD_WAIT = 5.0  # seconds building an explorer waits for its first picture (then it draws in the background)
+SHOW_WAIT = 30.0  # seconds showing or reading a picture still being drawn waits for it
 SENTENCE = ["the", "cat", "sat", "on", "the", "mat"]
 
 
@@ -78,6 +82,10 @@ class Explorer(widgets.VBox):
         self._held = 0
         self.figure = None
         self.error = ""
+        self._render_lock = threading.Lock()  # one render at a time; the latest values win
+        self._state_lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self._dirty = False
         self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto"))
         self.status = widgets.HTML("")
         bar = widgets.HBox(list(controls.values()), layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
@@ -91,7 +99,9 @@ class Explorer(widgets.VBox):
         for label, control in controls.items():  # stable CSS hooks, e.g. .tfm-control-head (browser tests use them)
             control.add_class("tfm-control-" + "".join(c if c.isalnum() else "-" for c in label))
             control.observe(self._changed, names="value")
-        self.refresh()
+        self._refresh_in_background()  # a slow render never blocks building the explorer
+        if not self.wait(BUILD_WAIT):
+            self.status.value = "<i>drawing… (the first picture takes a while; it appears here when ready)</i>"
 
     @contextmanager
     def hold(self, refresh: bool = True) -> Iterator[None]:
@@ -105,11 +115,45 @@ class Explorer(widgets.VBox):
             self.refresh()
 
     def _changed(self, change: dict) -> None:
-        if not self._held:
+        if self._held:
+            return
+        if getattr(change.get("owner"), "_property_lock", None):  # moved in the browser: keep the kernel free
+            self._refresh_in_background()
+        else:  # set from code: the picture is current when the line returns
             self.refresh()
+
+    def _refresh_in_background(self) -> None:
+        """Render in a worker thread; changes arriving meanwhile are merged into one more render."""
+        with self._state_lock:
+            if self._worker is not None and self._worker.is_alive():
+                self._dirty = True
+                return
+            self._dirty = False
+            self._worker = threading.Thread(target=self._work, name=f"{self.name}-render", daemon=True)
+            self._worker.start()
+
+    def _work(self) -> None:
+        while True:
+            self.refresh()
+            with self._state_lock:
+                if not self._dirty:
+                    return
+                self._dirty = False
+
+    def wait(self, timeout: float | None = SHOW_WAIT) -> bool:
+        """Wait (at most ``timeout`` seconds) for a picture being drawn in the background; True when done."""
+        worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout)
+            return not worker.is_alive()
+        return True
 
     def refresh(self) -> None:
         """Render the figure for the current control values (errors are shown, not raised)."""
+        with self._render_lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
         try:
             fig = self._render()
             self.image.value = viz.figure_png(fig)
@@ -121,9 +165,11 @@ class Explorer(widgets.VBox):
 
     @property
     def png(self) -> bytes:
+        self.wait()
         return bytes(self.image.value)
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
+        self.wait()  # the static picture, when it comes in time
         data = super()._repr_mimebundle_(**kwargs) or {}
         data["text/plain"] = f"<{self.name}: interactive in a notebook with a live kernel; static picture elsewhere>"
         if self.image.value:
@@ -133,6 +179,18 @@ class Explorer(widgets.VBox):
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _plain(text: str) -> str:
+    """Typed text for matplotlib, drawn as text: ``$`` would start math ("$5 and $6" -> "5and6")."""
+    return str(text).replace("$", r"\$")
+
+
+def _cut(text: str, limit: int = TEXT_LIMIT) -> tuple[str, str]:
+    """``text`` cut to ``limit`` characters, and a note saying so ("" when nothing was cut)."""
+    if len(text) <= limit:
+        return text, ""
+    return text[:limit], f"only the first {limit:,} of {len(text):,} characters are used"
 
 
 def _slider(description: str, value: int, low: int, high: int) -> widgets.IntSlider:
@@ -467,14 +525,16 @@ def attention_explorer(model: nn.Module, src_vocab, tgt_vocab=None, source: str 
         key = (source_box.value, target_box.value)
         if state.get("key") == key:
             return
-        src_ids = list(src_vocab.encode(source_box.value, bos=False, eos=True))
+        source, cut_source = _cut(source_box.value)
+        target, cut_target = _cut(target_box.value)
+        src_ids = list(src_vocab.encode(source, bos=False, eos=True))
         src = torch.tensor([src_ids], dtype=torch.long, device=device)  # (1, src_len)
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
-                if target_box.value.strip():
-                    tgt_ids = list(tgt_vocab.encode(target_box.value, bos=False, eos=False))
+                if target.strip():
+                    tgt_ids = list(tgt_vocab.encode(target, bos=False, eos=False))
                 else:
                     tgt_ids = _greedy(model, src, tgt_vocab.bos_id, tgt_vocab.eos_id, max_len=len(src_ids) + 10)
                 tgt = torch.tensor([[tgt_vocab.bos_id, *tgt_ids]], dtype=torch.long, device=device)  # (1, tgt_len)
@@ -482,8 +542,9 @@ def attention_explorer(model: nn.Module, src_vocab, tgt_vocab=None, source: str 
                     model(src, tgt)
         finally:
             model.train(was_training)
-        state.update(key=key, record=record, src=_token_names(src_vocab, src_ids),
-                     tgt=_token_names(tgt_vocab, tgt[0].tolist()))
+        state.update(key=key, record=record, src=[_plain(t) for t in _token_names(src_vocab, src_ids)],
+                     tgt=[_plain(t) for t in _token_names(tgt_vocab, tgt[0].tolist())],
+                     note=cut_source or cut_target)
 
     def on_kind(change: dict) -> None:
         """Runs before the explorer's own observer: fit the layer choices, which then renders once."""
@@ -511,6 +572,8 @@ def attention_explorer(model: nn.Module, src_vocab, tgt_vocab=None, source: str 
         typed = "typed" if target_box.value.strip() else "greedy"
         fig.suptitle(textwrap.shorten(f"source: {' '.join(state['src'])}   |   target ({typed}): "
                                       f"{' '.join(state['tgt'])}", 140), fontsize=viz.FONT)
+        if state["note"]:
+            fig.supxlabel(f"({state['note']})", fontsize=viz.FONT - 1, color="grey")
         return fig
 
     explorer = Explorer("attention_explorer", {"source": source_box, "target": target_box, "kind": kind,
@@ -556,17 +619,19 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
                        layout=widgets.Layout(width="460px"))
 
     def render():
-        source = box.value.strip()
+        source, note = _cut(box.value.strip())
         translation, attention = _split_result(translate_fn(source)) if source else ("", None)
         height = 1.5 if attention is None else 4.2
         fig = viz.Figure(figsize=(8.5, height), dpi=viz.DPI, layout="constrained")
         if attention is None:
             ax = fig.add_subplot()
             ax.axis("off")
-            shown = textwrap.fill(translation, 80) if source else "(type a sentence above)"
+            shown = _plain(textwrap.fill(translation, 80)) if source else "(type a sentence above)"
             ax.text(0.0, 0.95, "source", fontsize=viz.FONT, color="grey", va="top", transform=ax.transAxes)
-            ax.text(0.12, 0.95, textwrap.fill(source, 80) or "—", fontsize=viz.FONT + 2, va="top",
+            ax.text(0.12, 0.95, _plain(textwrap.fill(source, 80)) or "—", fontsize=viz.FONT + 2, va="top",
                     transform=ax.transAxes)
+            if note:
+                ax.text(0.12, 0.0, f"({note})", fontsize=viz.FONT - 1, color="grey", transform=ax.transAxes)
             ax.text(0.0, 0.45, "translation", fontsize=viz.FONT, color="grey", va="top", transform=ax.transAxes)
             ax.text(0.12, 0.45, shown, fontsize=viz.FONT + 2, va="top", color=viz.PALETTE[0],
                     fontweight="bold", transform=ax.transAxes)
@@ -574,10 +639,11 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
             return fig
         weights = viz._squeeze_to(viz._as_array(attention, "attention"), 2, "attention", "(tgt_len, src_len)")
         ax = fig.add_subplot()
-        viz.show_attention(weights, _fit_labels(source, weights.shape[1], "</s>"),
-                           _fit_labels(translation, weights.shape[0], "</s>"), ax=ax, vmax=1,
-                           xlabel="source", ylabel="translation",
-                           title=textwrap.shorten(f"{source}  →  {translation}", 110))
+        x_labels, y_labels = _fit_labels(source, weights.shape[1], "</s>"), _fit_labels(translation, weights.shape[0], "</s>")
+        viz.show_attention(weights, x_labels and [_plain(w) for w in x_labels],
+                           y_labels and [_plain(w) for w in y_labels], ax=ax, vmax=1,
+                           xlabel="source" + (f" ({note})" if note else ""), ylabel="translation",
+                           title=_plain(textwrap.shorten(f"{source}  →  {translation}", 110)))
         return fig
 
     return Explorer("translate_widget", {"source": box}, render)
