@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -176,7 +177,8 @@ print("linear biases all zero:          ", all(bool((m.bias == 0).all()) for m i
                                                if isinstance(m, nn.Linear) and m.bias is not None))
 print("layer-norm gains all one:        ", bool((layer0.norm1.weight == 1).all()))
 del small
-#
+
+# %% [markdown]
 # ### Masks from pad ids
 #
 # The model builds its masks from the ids: `make_src_mask(src)` is the padding mask $(\text{batch}, 1, 1, s)$,
@@ -227,7 +229,8 @@ logits = forward_by_hand(model, src, tgt, show=True)
 print("by hand == model(src, tgt):", torch.allclose(logits, model(src, tgt), atol=1e-6))
 print("one matrix, three roles:", model.src_embed.weight is model.tgt_embed.weight is model.generator.weight)
 log_probs = model(src, tgt).log_softmax(-1)  # (batch, t, V)
-print("each position's distribution sums to 1:", torch.allclose(log_probs.exp().sum(-1), torch.ones(tgt.shape)))
+print("each position's distribution sums to 1:",
+      torch.allclose(log_probs.exp().sum(-1).cpu(), torch.ones(tgt.shape)))  # compared on the CPU
 
 # %% [markdown]
 # ## Check it
@@ -354,7 +357,8 @@ widgets.attention_explorer(model, vocab, vocab, source="the cat sat on the mat",
 # %% [markdown]
 # ## Exercises
 #
-# ### Exercise 1 — scaled embeddings
+# ### Exercise 1: scaled embeddings
+# **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~5 min
 #
 # Write `Embeddings(vocab, d_model)`, an `nn.Module` holding one `nn.Embedding` called `embedding`, whose
 # `forward(tokens)` maps ids $(\text{batch}, n)$ to $(\text{batch}, n, d_\text{model})$ vectors multiplied by
@@ -382,10 +386,12 @@ class Embeddings(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_scaled_embedding(Embeddings)
 
 # %% [markdown]
-# ### Exercise 2 — the generator
+# ### Exercise 2: the generator
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
 # Write `Generator(d_model, vocab)` with one `nn.Linear(d_model, vocab)` called `proj`; `forward(x)` maps
 # decoder states $(\text{batch}, t, d_\text{model})$ to **log**-probabilities $(\text{batch}, t, V)$ over the
@@ -412,10 +418,12 @@ class Generator(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_generator(Generator)
 
 # %% [markdown]
-# ### Exercise 3 — tie the weights
+# ### Exercise 3: tie the weights
+# **Difficulty** 2/3 · **Importance** 2/3 · **Time** ~10 min
 #
 # Write `tie_weights(embedding, generator)`: `embedding` is an `nn.Embedding(V, d_model)`, `generator` an
 # `nn.Linear(d_model, V, bias=False)`. Afterwards the generator must use the embedding's weight — shared, so
@@ -432,10 +440,12 @@ def tie_weights(embedding, generator):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_tie_weights(tie_weights)
 
 # %% [markdown]
-# ### Exercise 4 — the parameter count by formula
+# ### Exercise 4: the parameter count by formula
+# **Difficulty** 3/3 · **Importance** 2/3 · **Time** ~25 min
 #
 # Write `count_by_formula(c)` for a `T.TransformerConfig` `c` (sinusoidal positions, biases, post-norm, no
 # final norm) that returns the exact number of parameters of `T.Transformer(c)` — without building it. Use
@@ -461,7 +471,14 @@ def count_by_formula(c):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_parameter_count(count_by_formula)
+
+# %% [markdown]
+# ## Check your understanding
+
+# %%
+T.quiz.show("09")
 
 # %% [markdown]
 # ## Summary
