@@ -6,7 +6,7 @@ from .device import default_device, seed_everything
 from .encoder import Encoder, EncoderLayer
 from .feedforward import PositionwiseFeedForward
 from .gpt import GPT, GPTConfig
-from .interop import from_torch, to_torch, torch_mask
+from .interop import from_hf, from_torch, to_torch, torch_mask
 from .masks import causal_mask, check_mask, combine_masks, padding_mask
 from .model import EncoderDecoder, Transformer, TransformerConfig, count_parameters, parameter_table
 from .norm import LayerNorm, layer_norm
@@ -23,7 +23,7 @@ __all__ = [
     "LayerNorm", "layer_norm", "PositionwiseFeedForward",
     "EncoderLayer", "Encoder", "DecoderLayer", "Decoder",
     "TransformerConfig", "Transformer", "EncoderDecoder", "count_parameters", "parameter_table",
-    "from_torch", "to_torch", "torch_mask",
+    "from_torch", "to_torch", "torch_mask", "from_hf",
     "record_attention", "AttentionRecord",
     "default_device", "seed_everything",
     "GPTConfig", "GPT", "KVCache", "CrossAttentionCache",

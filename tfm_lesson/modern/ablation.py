@@ -32,7 +32,9 @@ ABLATION_FILE = "modern_ablation.json"
 
 # (name, what it changes); each variant keeps every change above it
 VARIANTS: list[tuple[str, dict]] = [
-    ("2017 block", dict(norm_first=False, final_norm=False, positional="sinusoidal", activation="relu",
+    # learned positions, not the paper's sinusoids: this GPT does not scale its embeddings by sqrt(d_model)
+    # (GPT-2 does not), so sinusoids of amplitude 1 would drown token embeddings of std 0.02
+    ("2017 block", dict(norm_first=False, final_norm=False, positional="learned", activation="relu",
                         norm="layer", bias=True)),
     ("+ pre-norm, final norm", dict(norm_first=True, final_norm=True)),
     ("+ RMSNorm", dict(norm="rms")),
@@ -62,21 +64,24 @@ def variant_configs(vocab_size: int, context: int = 64, d_model: int = 64, heads
 
 def run_ablation(data=None, seeds: Sequence[int] = (0, 1, 2), steps: int = 300, batch_size: int = 32,
                  lr: float = 3e-3, eval_tokens: int = 20_000, variants: Sequence[tuple[str, dict]] = VARIANTS,
-                 log: Callable[[str], None] | None = print, **sizes) -> dict:
+                 log: Callable[[str], None] | None = print, only: Sequence[int] | None = None, **sizes) -> dict:
     """Train every variant with every seed; return a JSON-ready dict of settings and results.
 
     ``data``: an :class:`~tfm_lesson.lm.LMData` (default: chapter 14's corpus, a 384-token BPE vocabulary);
-    ``sizes``: ``context``, ``d_model``, ``heads``, ``d_ff``, ``num_layers`` for :func:`variant_configs`.
+    ``sizes``: ``context``, ``d_model``, ``heads``, ``d_ff``, ``num_layers`` for :func:`variant_configs`;
+    ``only``: the indices of the variants to train (default all; to split the work between processes).
     """
     from ..data.corpus import load_corpus
     from ..gpt import GPT
-    from ..lm import prepare_lm_data, train_lm
+    from ..lm import prepare_lm_data, train_lm, unigram_perplexity
 
     if data is None:
         data = prepare_lm_data(load_corpus(), vocab_size=384, tokenizer_chars=50_000)
     configs = variant_configs(data.vocab_size, variants=variants, **sizes)
     runs = []
-    for name, config in configs:
+    for index, (name, config) in enumerate(configs):
+        if only is not None and index not in only:
+            continue
         for seed in seeds:
             torch.manual_seed(seed)
             model = GPT(**config)
@@ -90,8 +95,9 @@ def run_ablation(data=None, seeds: Sequence[int] = (0, 1, 2), steps: int = 300, 
             if log:
                 log(f"{name:32s} seed {seed}: valid loss {runs[-1]['valid_loss']:.4f} "
                     f"({runs[-1]['parameters']:,} parameters, {seconds:.0f} s)")
+    unigram = math.log(unigram_perplexity(data.train, data.valid[: eval_tokens + 1], data.vocab_size))
     return dict(settings=dict(seeds=list(seeds), steps=steps, batch_size=batch_size, lr=lr, eval_tokens=eval_tokens,
-                              vocab_size=data.vocab_size, corpus=data.name, sizes=sizes,
+                              vocab_size=data.vocab_size, corpus=data.name, sizes=sizes, unigram_loss=unigram,
                               configs={name: config for name, config in configs},
                               machine=f"{platform.machine()} CPU, 1 thread, torch {torch.__version__}"),
                 runs=runs)
@@ -136,25 +142,31 @@ def load_ablation(path: str | Path | None = None) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def plot_ablation(results: dict, ax=None, title: str | None = None):
-    """Held-out loss per variant: mean over seeds with ±1 standard deviation, and each seed as a dot."""
-    import matplotlib.pyplot as plt
+def plot_ablation(results: dict, title: str | None = None):
+    """Held-out loss per variant: mean over seeds with ±1 standard deviation, and each seed as a dot.
+    Returns a :class:`tfm_lesson.viz.Figure`."""
+    from ..viz import Figure
 
     rows = summarise(results)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.2))
+    fig = Figure(figsize=(7.5, 0.45 * len(rows) + 1.4), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
     ys = list(range(len(rows)))[::-1]
     for y, row in zip(ys, rows):
         seeds = [r["valid_loss"] for r in results["runs"] if r["variant"] == row["variant"]]
         ax.plot(seeds, [y] * len(seeds), "o", color="#56B4E9", alpha=0.7, markersize=4)
         ax.errorbar(row["mean"], y, xerr=row["std"], fmt="s", color="#0072B2", capsize=4)
+    unigram = results["settings"].get("unigram_loss")
+    if unigram is not None:  # the loss of a model that ignores the context
+        ax.axvline(unigram, color="#D55E00", linestyle="--", linewidth=1)
+        ax.annotate("unigram\nbaseline", (unigram, ys[0]), xytext=(-4, 0), textcoords="offset points",
+                    ha="right", va="center", fontsize=8, color="#D55E00")
     ax.set_yticks(ys, [r["variant"] for r in rows])
     ax.set_xlabel("held-out loss (nats per token; lower is better)")
     settings = results["settings"]
     ax.set_title(title or f"{len(settings['seeds'])} seeds, {settings['steps']} steps each: mean ± 1 std (dots: seeds)",
                  fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    return ax
+    return fig
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,9 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
     run.add_argument("--steps", type=int, default=300, help="optimiser steps per run (default 300)")
     run.add_argument("--batch-size", type=int, default=32)
+    run.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    run.add_argument("--first", type=int, default=len(VARIANTS),
+                     help=f"only the first N variants (default all {len(VARIANTS)})")
     run.add_argument("--out", default=None, help="where to write the JSON (default: the package's own table)")
     args = parser.parse_args(argv)
-    results = run_ablation(seeds=range(args.seeds), steps=args.steps, batch_size=args.batch_size)
+    results = run_ablation(seeds=range(args.seeds), steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                           variants=VARIANTS[: args.first])
     out = Path(args.out) if args.out else Path(__file__).resolve().parent.parent / "data" / ABLATION_FILE
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(format_summary(summarise(results)))
