@@ -8,14 +8,19 @@ PIP    := $(PY) -m pip install -q --disable-pip-version-check --progress-bar off
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+# torch first: tools/torch_install.py prints and runs the pip command for this machine (PyTorch's CPU wheel
+# index on Linux without an NVIDIA GPU, unless a local CPU wheel fits; TFM_TORCH_INDEX=cpu|pypi|URL overrides).
+$(VENV)/.installed: requirements.txt pyproject.toml tools/torch_install.py
 	python3 -m venv $(VENV)
-	$(PIP) "$(TORCH)"
+	$(PY) tools/torch_install.py "$(TORCH)" --run
 	$(PIP) -r requirements.txt -e .
 	touch $@
 
+# No "Jupyter news" pop-up: tools/jupyterlab/overrides.json makes "never fetch news" the default (the setting
+# is still the learner's to change), and the server serves no news feed.
+LAB_FLAGS := --LabApp.news_url=None --LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab
 course: setup  ## open the course in JupyterLab (--allow-root only when run as root, e.g. in a container)
-	$(VENV)/bin/jupyter lab notebooks/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+	$(VENV)/bin/jupyter lab notebooks/ $(LAB_FLAGS) $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 test: setup  ## every test: package, notebooks (nbval), book, browser (skips without Chromium)
 	$(PY) -m pytest
