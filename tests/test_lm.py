@@ -217,3 +217,38 @@ def test_prepare_lm_data_accepts_a_trained_tokenizer(data):
     with pytest.raises(TypeError, match="BPETokenizer"):
         prepare_lm_data(load_corpus(text=TEXT), tokenizer="gpt2")
     assert isinstance(data.tokenizer, BPETokenizer)
+
+
+# ---------------------------------------------------------------------------------------------- the widget
+def test_sampling_widget_renders_and_reacts(data):
+    from tfm_lesson.widgets import sampling_widget
+
+    model = tiny_gpt(data.vocab_size, context=64)
+    w = sampling_widget(model, data.tokenizer, "the small", max_new_tokens=20)
+    assert w.error == "" and w.png and "image/png" in w._repr_mimebundle_()  # the static fallback
+    first_png, first_text = w.png, w.sample_box.value
+    assert "the small" in first_text
+    w.controls["temperature"].value = 0.0
+    assert w.error == "" and w.png != first_png
+    greedy = w.sample_box.value
+    assert greedy == w.sample_box.value and "the small" in greedy
+    w.controls["top-k"].value = 1
+    assert w.error == "" and w.sample_box.value == greedy  # k = 1 is greedy too (temperature 0 already is)
+    w.controls["temperature"].value = 1.0
+    w.controls["top-p"].value = 0.3
+    assert w.error == ""
+    w.controls["prompt"].value = "the big " * 40  # prompt + new tokens past the context: shown, not raised
+    assert "context" in w.error and "shorten the prompt" in w.error
+    w.controls["prompt"].value = ""
+    assert w.error == ""
+
+
+def test_sampling_widget_bad_arguments(data):
+    from tfm_lesson.widgets import sampling_widget
+
+    with pytest.raises(TypeError, match="GPT"):
+        sampling_widget(nn.Linear(2, 2), data.tokenizer)
+    with pytest.raises(TypeError, match="tokenizer"):
+        sampling_widget(tiny_gpt(data.vocab_size), "gpt2")
+    with pytest.raises(TypeError, match="prompt"):
+        sampling_widget(tiny_gpt(data.vocab_size), data.tokenizer, prompt=3)

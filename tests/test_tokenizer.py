@@ -284,3 +284,12 @@ def test_min_frequency_and_special_tokens_shift_hf(english):
     assert _hf_merges(with_special) == _mine(ours)[:-1]  # ... and one place of the vocabulary
     rare = BPETokenizer().train(text, 100_000, min_frequency=5, tie_break="hf")
     assert _mine(rare) == _hf_merges(_hf_train(text, 100_000, min_frequency=5))
+
+
+def test_package_helpers_match_this_test(english):
+    from tfm_lesson.tokenizer import hf_merges, train_hf_bpe
+
+    text = english[:30_000]
+    hf = train_hf_bpe(text, 500)
+    assert hf_merges(hf) == _hf_merges(_hf_train(text, 500))
+    assert hf_merges(hf) == _mine(BPETokenizer().train(text, 500, tie_break="hf"))

@@ -42,7 +42,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["BPETokenizer", "GPT2_PATTERN", "pretokenize", "merge_pair", "gpt2_byte_order"]
+__all__ = ["BPETokenizer", "GPT2_PATTERN", "pretokenize", "merge_pair", "gpt2_byte_order", "train_hf_bpe", "hf_merges"]
 
 # GPT-2's split ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+) for ``re``.
 # ``_`` belongs to \w in ``re`` but is punctuation for GPT-2: it is added to the punctuation class.
@@ -303,3 +303,33 @@ class BPETokenizer:
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} is not a saved BPETokenizer: {exc}") from exc
         return cls.from_dict(data)
+
+
+# ------------------------------------------------------------------------------ Hugging Face, for comparison
+def train_hf_bpe(text: str, vocab_size: int, min_frequency: int = 2, special_tokens: Sequence[str] = ()):
+    """The Hugging Face ``tokenizers`` byte-level BPE trained on ``text`` with the settings that match
+    :meth:`BPETokenizer.train`: GPT-2's split (``ByteLevel(add_prefix_space=False)``), all 256 bytes in the
+    initial alphabet, the same ``vocab_size`` and ``min_frequency``. Returns a ``tokenizers.Tokenizer``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=list(special_tokens))
+    hf.train_from_iterator([text], trainer)
+    return hf
+
+
+def hf_merges(hf) -> list[tuple[bytes, bytes]]:
+    """A ``tokenizers`` BPE's merges as pairs of byte strings (it stores them as GPT-2 characters, one printable
+    character standing for each byte), comparable with ``[(tok.vocab[a], tok.vocab[b]) for a, b in tok.merges]``."""
+    order = gpt2_byte_order()
+    shown = {b: chr(b) for b in order if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255}
+    for i, b in enumerate(b for b in range(256) if b not in shown):
+        shown[b] = chr(256 + i)
+    byte_of = {c: b for b, c in shown.items()}
+    merges = json.loads(hf.to_str())["model"]["merges"]
+    pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
+    return [(bytes(byte_of[c] for c in a), bytes(byte_of[c] for c in b)) for a, b in pairs]
