@@ -12,6 +12,7 @@ from .model import EncoderDecoder, Transformer, TransformerConfig, count_paramet
 from .norm import LayerNorm, layer_norm
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_table
 from .recording import AttentionRecord, record_attention
+from .tokenizer import BPETokenizer
 from . import quiz  # noqa: E402  (ipywidgets is imported only when a quiz is shown)
 
 __version__ = "0.1.0"
@@ -27,4 +28,5 @@ __all__ = [
     "record_attention", "AttentionRecord",
     "default_device", "seed_everything",
     "GPTConfig", "GPT", "KVCache", "CrossAttentionCache",
+    "BPETokenizer",
 ]
