@@ -138,6 +138,9 @@ def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
     if args.resume is not None:
         from .training import read_checkpoint
 
+        if args.resume.is_dir():  # a run's folder: its checkpoint
+            args.resume = args.resume / "model.pt"
+
         try:
             payload = read_checkpoint(args.resume)
         except (OSError, ValueError) as err:
