@@ -111,3 +111,18 @@ def test_stored_quiz_output_keeps_the_static_page_only():
         nbformat.v4.new_output("display_data", data=bundle)])])
     assert strip_widget_views(nb) == 1
     assert set(nb.cells[0].outputs[0]["data"]) == {"text/plain", "text/html"}
+
+
+def test_instructors_quiz_page_is_in_step_with_the_quizzes(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    page = ROOT / "book" / "instructors_quizzes.md"
+    expected = quiz.instructor_markdown(quiz.chapter_titles())
+    assert page.read_text(encoding="utf-8") == expected, \
+        "book/instructors_quizzes.md is stale: run `python -m tfm_lesson.quiz book/instructors_quizzes.md`"
+
+
+def test_quiz_module_runs_as_a_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "page.md"
+    assert quiz.main([str(out)]) == 0 and out.read_text(encoding="utf-8").startswith("# Quizzes")
+    assert quiz.main([]) == 2

@@ -13,7 +13,6 @@ from .norm import LayerNorm, layer_norm
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_table
 from .recording import AttentionRecord, record_attention
 from .tokenizer import BPETokenizer
-from . import quiz  # noqa: E402  (ipywidgets is imported only when a quiz is shown)
 
 __version__ = "0.1.0"
 
@@ -30,3 +29,12 @@ __all__ = [
     "GPTConfig", "GPT", "KVCache", "CrossAttentionCache",
     "BPETokenizer",
 ]
+
+
+def __getattr__(name: str):
+    """``tfm_lesson.quiz`` on first use (so ``python -m tfm_lesson.quiz`` runs it fresh)."""
+    if name == "quiz":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.quiz")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

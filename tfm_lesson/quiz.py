@@ -200,3 +200,69 @@ def show(chapter: str | int | Sequence[Question], title: str = "Check your under
     if not questions or not all(isinstance(q, Question) for q in questions):
         raise ValueError("show() takes a chapter like '03' or a non-empty list of Question")
     return Quiz(questions, title)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the instructors' page: every quiz with the belief each wrong option stands for
+def chapter_titles(directory: str = "notebooks") -> dict[str, str]:
+    """``{"03": "Multi-head attention", ...}``: each chapter's first ``# NN · Title`` heading."""
+    import json
+    from pathlib import Path
+
+    titles = {}
+    for path in sorted(Path(directory).glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for cell in cells:
+            text = "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
+            found = re.search(r"^# (\d\d) · (.+)$", text, re.M)
+            if found:
+                titles[found.group(1)] = found.group(2).strip()
+                break
+    return titles
+
+
+def instructor_markdown(titles: dict[str, str] | None = None) -> str:
+    """A page listing, chapter by chapter, what each quiz question tests and why every wrong answer is wrong."""
+    titles = titles or {}
+    out = ["# Quizzes: the misconceptions they target", "",
+           "Every chapter ends with a quiz. Each question aims at one belief learners commonly hold; each wrong",
+           "option *is* that belief, and its feedback says why it is wrong. Use them as warm-up questions at the",
+           "start of a session, or as exit tickets at its end. This page is generated from `tfm_lesson/quizzes/`",
+           "(`python -m tfm_lesson.quiz book/instructors_quizzes.md`); a test keeps it in step.", ""]
+    for cid in quiz_chapters():
+        out += [f"## {cid} · {titles.get(cid, 'chapter ' + cid)}", ""]
+        for n, q in enumerate(load_quiz(cid), 1):
+            out.append(f"{n}. **{q.prompt}**")
+            out.append(f"   - Right: *{q.options[q.answer]}* — {q.feedback[q.answer]}")
+            for i, (option, why) in enumerate(zip(q.options, q.feedback)):
+                if i != q.answer:
+                    out.append(f"   - Wrong belief: *{option}* — {why}")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tfm_lesson.quiz OUT.md``: write the instructors' quiz page (atomically)."""
+    import os
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m tfm_lesson.quiz OUT.md   (writes the instructors' page of every quiz)", file=sys.stderr)
+        return 2
+    out = Path(args[0])
+    text = instructor_markdown(chapter_titles())
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, out)
+    print(f"wrote {out} ({len(quiz_chapters())} chapters)")
+    return 0
+
+
+if __name__ == "__main__":
+    from tfm_lesson.quiz import main as _main  # the package's own module, whose Question the quiz files use
+
+    raise SystemExit(_main())
