@@ -1,7 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -10,10 +16,10 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, subprocess, sys
+import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
 
 # %% [markdown]
 # # 03 · Multi-head attention
@@ -26,12 +32,14 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # **What you will learn**
 #
+# - why queries and keys need their own learned projections: with $Q = K$ attention can only be symmetric;
 # - why one attention is not enough, and what a *head* is;
 # - the projections $W^Q, W^K, W^V, W^O$ and why each head works in $d_k = d_{model} / h$ dimensions;
 # - how to split a `(batch, len, d_model)` tensor into `(batch, heads, len, d_k)` heads and merge them back,
 #   and the classic bug of merging **without the transpose** (we measure it);
 # - a slow per-head loop first, then the vectorised version that runs every head in one matmul;
-# - self-attention versus cross-attention, and what multi-head attention costs.
+# - self-attention versus cross-attention, and what multi-head attention costs;
+# - three heads set by hand, and the same three heads *learned* by gradient descent in a few seconds.
 
 # %%
 import math
@@ -41,11 +49,54 @@ import torch
 from torch import nn
 
 import tfm_lesson
+import tfm_lesson as T
 from tfm_lesson import MultiHeadAttention, scaled_dot_product_attention, viz, widgets
 from tfm_lesson.checks import check_merge_heads, check_multi_head_attention, check_split_heads
+from tfm_lesson.toy_heads import hand_set_heads, train_heads
 
 tfm_lesson.seed_everything(0)
 device = tfm_lesson.default_device()
+
+# %% [markdown]
+# ## One head first: why queries and keys get their own projections
+#
+# In chapters 00 and 01 the queries, the keys and the values were the token vectors themselves: $Q = K = V = x$.
+# That has two consequences you saw in the pictures. The score table $x x^\top$ is **symmetric**: the score of
+# token $i$ with token $j$ equals that of $j$ with $i$. And with vectors of equal length, each token's best
+# match is **itself** (a unit vector is most similar to itself). Many useful questions are not symmetric:
+# "look at the previous word" wants *sat* to look at *cat*, but not *cat* at *sat*.
+#
+# The paper's fix is three learned matrices per head: the query of token $i$ is $x_i W^Q$, its key $x_i W^K$, its
+# value $x_i W^V$. The score becomes
+#
+# $$s_{ij} = (x_i W^Q) \cdot (x_j W^K) = x_i \, W^Q (W^K)^\top x_j^\top ,$$
+#
+# which is symmetric only if the matrix $W^Q (W^K)^\top$ is. With $W^Q \ne W^K$ the question a token asks (its
+# query) and what it offers to others (its key) are different things. (Chapter 01's lookup exercise needed
+# exactly that: $Q \ne K$.) $W^V$ chooses what a token hands over once it is chosen. Below: the same six unit
+# vectors, once as their own queries and keys, once through a random pair of projections. `nn.Linear` holds a
+# weight matrix; `w_q(x)` computes $x W^Q$.
+
+# %%
+one_tokens = "the cat sat on the mat".split()
+one_table = torch.randn(5, 16)
+one_table = one_table / one_table.norm(dim=-1, keepdim=True)  # unit vectors, one per distinct word
+one_x = one_table[[0, 1, 2, 3, 0, 4]]  # (seq_len, d_model) = (6, 16): the two 'the' share a vector
+w_q, w_k = nn.Linear(16, 16, bias=False), nn.Linear(16, 16, bias=False)  # random, as before training
+with torch.no_grad():
+    same = one_x @ one_x.T  # (6, 6): Q = K = x
+    projected = w_q(one_x) @ w_k(one_x).T  # (6, 6): Q = x W^Q, K = x W^K
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("Q = K = x:           symmetric:", torch.allclose(same, same.T),
+      "  every token's best key is itself:", torch.equal(same.diagonal(), same.max(-1).values))
+print("Q = x W^Q, K = x W^K: symmetric:", torch.allclose(projected, projected.T),
+      "  every token's best key is itself:", torch.equal(projected.diagonal(), projected.max(-1).values))
+
+# %% [markdown]
+# A single head is then $\mathrm{Attention}(x W^Q, x W^K, x W^V)$, and training chooses the three matrices. What
+# one head cannot do is ask two questions at once, which brings us to several heads.
 
 # %% [markdown]
 # ## Intuition: one softmax, one opinion
@@ -105,7 +156,7 @@ batch, length, d_model, heads = 2, 5, 12, 3
 d_k = d_model // heads
 
 mha = MultiHeadAttention(d_model, heads).to(device).eval()
-x = torch.randn(batch, length, d_model, device=device)  # (batch, len, d_model)
+x = torch.randn(batch, length, d_model).to(device)  # (batch, len, d_model), drawn on the CPU
 print("d_k =", d_k)
 print("x:", tuple(x.shape))
 print({name: tuple(p.shape) for name, p in mha.named_parameters()})
@@ -316,8 +367,8 @@ print(f"sequence 1, only pads visible -> largest error {(wrong[1] - fast[1]).abs
 
 # %%
 # NBVAL_CHECK_OUTPUT
-memory = torch.randn(batch, 7, d_model, device=device)  # the encoder's output: (batch, m=7, d_model)
-target = torch.randn(batch, 4, d_model, device=device)  # the decoder's states: (batch, n=4, d_model)
+memory = torch.randn(batch, 7, d_model).to(device)  # the encoder's output: (batch, m=7, d_model)
+target = torch.randn(batch, 4, d_model).to(device)  # the decoder's states: (batch, n=4, d_model)
 src_pad = torch.tensor([[True] * 7, [True] * 5 + [False] * 2], device=device)[:, None, None, :]  # (batch, 1, 1, 7)
 
 with torch.no_grad():
@@ -352,15 +403,17 @@ for n in (10, 100, 1000, 4000):
 # %% [markdown]
 # The loop and the vectorised version do the same arithmetic; the difference is how it is scheduled. The loop
 # issues $4h$ small matrix products per call where the vectorised version issues 4 big ones plus one batched
-# attention. How much that matters depends on the hardware: on a CPU, where the big products dominate, the gap
-# is modest; on a GPU every small product is a separate kernel launch and the loop falls far behind. The fused
-# kernel behind `tfm_lesson`'s fast path (`F.scaled_dot_product_attention`) goes further: it can compute the
-# output without ever storing the `(batch, heads, n, n)` weights. A rough timing on whatever machine runs this
-# (not compared by the tests: it depends on the hardware and its load):
+# attention. How much that matters depends on the hardware, so the cell below prints what *your* machine
+# measures, and the ratio of the loop's time to the vectorised version's. On a GPU every small product is a
+# separate kernel launch, so the loop falls further behind there than on a CPU. The fused kernel behind
+# `tfm_lesson`'s fast path (`F.scaled_dot_product_attention`) goes further: it can compute the output without
+# ever storing the `(batch, heads, n, n)` weights. The numbers change from run to run, more so on a busy
+# machine; read them as rough.
 
 # %%
 big = MultiHeadAttention(512, 8).to(device).eval()
-xb = torch.randn(8, 64, 512, device=device)
+xb = torch.randn(8, 64, 512).to(device)
+timings = {}
 with torch.no_grad():
     for name, fn in [("loop", lambda: multi_head_loop(big, xb, xb, xb)),
                      ("vectorised", lambda: multi_head_vectorised(big, xb, xb, xb)),
@@ -373,67 +426,88 @@ with torch.no_grad():
             fn()
         if device.type == "cuda":
             torch.cuda.synchronize()  # GPU calls return before the work is done
-        print(f"{name:22s} {(time.perf_counter() - start) / 5 * 1e3:6.1f} ms")
+        timings[name] = (time.perf_counter() - start) / 5
+        print(f"{name:22s} {timings[name] * 1e3:6.1f} ms")
+print(f"on this machine the loop takes {timings['loop'] / timings['vectorised']:.1f} times as long as the "
+      "vectorised version")
 
 # %% [markdown]
 # ## See it: what different heads can do
 #
 # A freshly initialised module attends almost uniformly, which makes a dull picture. To see what heads
-# *can* learn, we set the weights by hand. Each token of "the cat sat on the mat" gets a vector with two
-# parts: a one-hot for its word (5 words) and a one-hot for its position (6 positions). Positions are a
-# stand-in here; chapter 04 shows how the real model adds them. Then:
+# *can* do, we set the weights by hand. Each token of "the cat sat on the mat" gets a vector with two
+# parts: a one-hot for its word (a toy vocabulary of 8 words) and a one-hot for its position. Positions are a
+# stand-in here; chapter 04 shows how the real model adds them. `tfm_lesson.toy_heads.hand_set_heads` writes the
+# weights of a `MultiHeadAttention(24, heads=3)` so that
 #
-# - **head 0** matches a query at position $p$ with the key at position $p-1$: *look at the previous word*;
-# - **head 1** matches a word with the same word: *find other copies of me* (the two *the*s find each other);
-# - **head 2** gives every query the same vector and only the nouns a matching key: *where are the nouns?*
+# - **head 0** matches a query at position $p$ with the key at position $p-1$: *look at the previous word*
+#   ($W^Q$ writes position $p$ into the query, $W^K$ writes position $j$ into the key's slot for $j + 1$: an
+#   asymmetric pair);
+# - **head 1** matches a word with the same word: *find other copies of me* (here $W^Q = W^K$, and the two
+#   *the*s find each other);
+# - **head 2** gives every query the same vector (through the bias of $W^Q$) and only the nouns a matching key:
+#   *where are the nouns?*
 #
-# Three questions, three different distributions, asked in one layer: the thing one softmax cannot do.
+# Three questions, three different distributions, asked in one layer: the thing one softmax cannot do. Read
+# the function `hand_set_heads` in `tfm_lesson/toy_heads.py` to see every weight it sets.
 
 # %%
 tokens = "the cat sat on the mat".split()
-vocab = sorted(set(tokens), key=tokens.index)  # ['the', 'cat', 'sat', 'on', 'mat']
-n_words, n_pos, d_demo, h_demo = len(vocab), len(tokens), 24, 3
-dk_demo = d_demo // h_demo  # 8
-
-x_demo = torch.zeros(1, n_pos, d_demo)  # (batch=1, len=6, d_model=24)
-for p, word in enumerate(tokens):
-    x_demo[0, p, vocab.index(word)] = 1.0  # word one-hot: features 0..4
-    x_demo[0, p, n_words + p] = 1.0  # position one-hot: features 5..10
-
-demo = MultiHeadAttention(d_demo, h_demo).eval()
-c = 4.0  # larger c = sharper attention (score c^2 / sqrt(d_k) for a match)
+demo, x_demo = hand_set_heads(tokens)  # MultiHeadAttention(24, 3), features (1, 6, 24)
 with torch.no_grad():
-    for layer in (demo.w_q, demo.w_k, demo.w_v, demo.w_o):
-        layer.weight.zero_()
-        layer.bias.zero_()
-    demo.w_v.weight.copy_(torch.eye(d_demo))
-    demo.w_o.weight.copy_(torch.eye(d_demo))
-    h0, h1, h2 = 0, dk_demo, 2 * dk_demo  # first row of each head's block
-    for p in range(n_pos):  # head 0: query at p carries e_p, key at j carries e_(j+1): p matches j = p - 1
-        demo.w_q.weight[h0 + p, n_words + p] = c
-        if p + 1 < dk_demo:
-            demo.w_k.weight[h0 + p + 1, n_words + p] = c
-    demo.w_k.weight[h0, n_words] = c  # position 0 has no previous word: it looks at itself
-    for w in range(n_words):  # head 1: same word, same direction
-        demo.w_q.weight[h1 + w, w] = c
-        demo.w_k.weight[h1 + w, w] = c
-    demo.w_q.bias[h2] = c  # head 2: every query asks the same thing...
-    for noun in ("cat", "mat"):  # ...and only nouns answer
-        demo.w_k.weight[h2, vocab.index(noun)] = c
     _, demo_weights = demo(x_demo, x_demo, x_demo, need_weights=True)  # (1, heads, 6, 6)
-
 viz.show_heads(demo_weights[0], x_tokens=tokens, y_tokens=tokens,
                title="Three hand-set heads: previous word (0), same word (1), nouns (2)")
 
 # %% [markdown]
 # Read each panel by rows: row *sat* of head 0 puts its weight on *cat*, the word before it; row *the* of
-# head 1 splits its weight between the two *the*s; every row of head 2 looks at *cat* and *mat*. A trained
-# Transformer learns patterns like these (chapter 12 looks inside one); here we built them to show that heads
-# are independent.
+# head 1 splits its weight between the two *the*s; every row of head 2 looks at *cat* and *mat*.
 #
+# ## Learned, not set: training the three heads
+#
+# Nobody sets weights by hand in a real model: gradient descent finds them. Here is the smallest version of
+# that. `train_heads` starts from a freshly initialised `MultiHeadAttention(24, 3)` and shows it random
+# sentences of 6 words from the toy vocabulary, together with the keys each head's question should pick (the
+# previous word; the copies of my word; the nouns). The loss is the squared difference between each head's
+# weights and those targets, and Adam updates only $W^Q$ and $W^K$, the matrices that decide where a head looks.
+# This is a supervised toy: a real Transformer is never told where to look, its heads learn from the
+# translation loss alone (chapters 10 and 12 show maps learned that way). On a 2-core laptop CPU the 300 steps
+# take a few seconds.
+
+# %%
+start = time.perf_counter()
+trained = train_heads(steps=300)
+print(f"300 training steps in {time.perf_counter() - start:.1f} s;  weight on the right keys per head:",
+      [round(v, 3) for v in trained.on_target])
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("every head puts more than 95% of its weight on the right keys:", all(v > 0.95 for v in trained.on_target))
+
+# %% [markdown]
+# The trained heads on our sentence (bottom row) beside the hand-set ones (top row). Gradient descent found
+# the three patterns; its weights are not the ones we wrote (it starts from random matrices and only needs
+# products $W^Q (W^K)^\top$ that give the same scores), but the maps agree.
+
+# %%
+with torch.no_grad():
+    _, learned_weights = trained.mha(x_demo, x_demo, x_demo, need_weights=True)  # (1, heads, 6, 6)
+fig = viz.show_heads(torch.stack([demo_weights[0], learned_weights[0]]), x_tokens=tokens, y_tokens=tokens)
+fig.axes[0].set_ylabel("hand-set")
+fig.axes[3].set_ylabel("trained")
+fig.suptitle("Previous word (0), same word (1), nouns (2): set by hand (top), learned (bottom)")
+fig
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("hand-set and learned maps agree within 0.05 everywhere:",
+      bool((learned_weights - demo_weights).abs().max() < 0.05))
+
+# %% [markdown]
 # ## Play with it
 #
-# Pick a head, and compare its map with the others'. Try the freshly initialised module too
+# Pick a head, and compare its map with the others'. Try the trained module too
+# (`widgets.head_explorer(mha=trained.mha, x=x_demo, tokens=tokens)`), and a freshly initialised one
 # (`widgets.head_explorer()` with no arguments): its heads are far less structured, because structure comes from
 # training.
 
@@ -442,8 +516,10 @@ widgets.head_explorer(mha=demo, x=x_demo, tokens=tokens)
 
 # %% [markdown]
 # ## Exercises
-#
+
+# %% [markdown]
 # ### Exercise 1: split the heads
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
 # Write `split_heads(x, heads)` that takes `x` of shape `(batch, len, d_model)` and returns
 # `(batch, heads, len, d_k)` with $d_k = d_{model}/\text{heads}$, head $h$ holding features
@@ -461,10 +537,12 @@ def split_heads(x, heads):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_split_heads(split_heads)
 
 # %% [markdown]
 # ### Exercise 2: merge the heads
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
 # Write `merge_heads(x)`, the inverse: `(batch, heads, len, d_k)` to `(batch, len, d_model)`, each position's
 # heads side by side. The checker also verifies that `split_heads(merge_heads(x))` gives `x` back.
@@ -481,18 +559,22 @@ def merge_heads(x):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_merge_heads(merge_heads)
 
 # %% [markdown]
 # ### Exercise 3: the whole module
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~20 min
 #
 # Write `MyMultiHeadAttention(d_model, heads)`, an `nn.Module` with four `nn.Linear(d_model, d_model)` layers
 # named `w_q, w_k, w_v, w_o` (the names let the checker load the reference's weights into yours), and
 # `forward(query, key, value, mask=None)` returning the output `(batch, q_len, d_model)`, or
 # `(output, weights)`. The mask is boolean, `True` = may attend, broadcastable to
 # `(batch, heads, q_len, k_len)`. Use your `split_heads` and `merge_heads`, and write the attention itself
-# (scores, mask, softmax, weighted sum) rather than calling the package's. The checker tries self- and
-# cross-attention, padding and causal masks, float32 and float64.
+# (scores, mask, softmax, weighted sum) rather than calling the package's. For the mask and the softmax, reuse
+# your safe `masked_softmax` of chapter 02's exercise 3 (the solution below copies it), so that a query with no
+# visible key gets zeros rather than NaN. The checker tries self- and cross-attention, padding and causal masks,
+# float32 and float64.
 
 # %%
 class MyMultiHeadAttention(nn.Module):
@@ -505,6 +587,12 @@ class MyMultiHeadAttention(nn.Module):
 
 
 # %% tags=["solution"]
+def masked_softmax(scores, mask):  # chapter 02, exercise 3
+    has_key = mask.any(dim=-1, keepdim=True)  # (..., q_len, 1): False for a fully masked row
+    filled = scores.masked_fill(~(mask | ~has_key), float("-inf"))  # such rows stay finite...
+    return filled.softmax(dim=-1).masked_fill(~has_key, 0.0)  # ...and are zeroed here
+
+
 class MyMultiHeadAttention(nn.Module):
     def __init__(self, d_model, heads):
         super().__init__()
@@ -520,22 +608,32 @@ class MyMultiHeadAttention(nn.Module):
         k = split_heads(self.w_k(key), self.heads)  # (batch, heads, k_len, d_k)
         v = split_heads(self.w_v(value), self.heads)  # (batch, heads, k_len, d_k)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (batch, heads, q_len, k_len)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = scores.softmax(dim=-1)  # over the keys
+        weights = scores.softmax(dim=-1) if mask is None else masked_softmax(scores, mask)  # over the keys
         return self.w_o(merge_heads(weights @ v)), weights  # (batch, q_len, d_model)
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_multi_head_attention(MyMultiHeadAttention)
 
 # %% [markdown]
 # **Going further** (no checker): give your class an option `fused_qkv=True` that computes $Q$, $K$ and $V$
 # in one matmul when `query is key is value`, as `tfm_lesson.MultiHeadAttention` does, and confirm the
 # output does not change.
+
+# %% [markdown]
+# ## Check your understanding
 #
+# Pick an answer for each question; the feedback says why it is right or wrong.
+
+# %%
+T.quiz.show("03")
+
+# %% [markdown]
 # ## Summary
 #
+# - With $Q = K = x$ the scores are symmetric and every token matches itself best; the projections $W^Q \ne W^K$
+#   let a token ask a different question than the one it answers.
 # - A head is one scaled dot-product attention in its own $d_k = d_{model}/h$-dimensional subspace; $h$ heads
 #   ask $h$ questions at once, and $W^O$ mixes their answers.
 # - All heads' projections live side by side in one $d_{model} \times d_{model}$ matrix per role. Split with
@@ -547,6 +645,8 @@ check_multi_head_attention(MyMultiHeadAttention)
 # - Self-attention: `query = key = value`; cross-attention: queries from the decoder, keys and values from the
 #   encoder, weights `(batch, heads, n, m)`.
 # - Parameters $4d_{model}^2 + 4d_{model}$, independent of $h$; compute $4nd_{model}^2 + 2n^2d_{model}$.
+# - Heads can be set by hand to look at the previous word, the same word or the nouns; gradient descent finds
+#   the same maps from random weights in a few hundred steps.
 #
 # Attention so far treats its input as a *set*: shuffle the tokens and the outputs shuffle along. Chapter 04
 # proves it, and fixes it with positional encodings.
