@@ -206,3 +206,42 @@ def test_device_placement_draws_no_conclusion_from_what_meta_cannot_do() -> None
         return torch.ones(n, n, device=tokens.device)
 
     check_device_placement(reads_values, torch.tensor([[3, 4, 0]]), what="your function")
+
+
+def test_every_checker_of_chapters_06_to_09_stops_an_endless_loop(monkeypatch) -> None:
+    from tfm_lesson.checks import _harness
+    from tfm_lesson.checks import (check_feed_forward, check_gelu, check_generator, check_layer_budget,
+                                   check_load_encoder_layer, check_parameter_count, check_target_mask,
+                                   check_tie_weights)
+
+    monkeypatch.setattr(_harness, "TIME_LIMIT", 0.3)
+
+    def loops(*args, **kwargs):
+        endless()
+
+    for checker in (check_gelu, check_layer_budget, check_load_encoder_layer, check_parameter_count,
+                    check_target_mask, check_tie_weights):
+        with pytest.raises(Mistake, match="did not return within 0.3 s"):
+            checker(loops)
+
+    class LoopingFFN(torch.nn.Module):
+        def __init__(self, d_model, d_ff, **kwargs):
+            super().__init__()
+            self.w_1, self.w_2 = torch.nn.Linear(d_model, d_ff), torch.nn.Linear(d_ff, d_model)
+
+        def forward(self, x):
+            endless()
+
+    class LoopingGenerator(torch.nn.Module):
+        def __init__(self, d_model, vocab):
+            super().__init__()
+            self.proj = torch.nn.Linear(d_model, vocab)
+
+        def forward(self, x):
+            endless()
+
+    for checker, cls in ((check_feed_forward, LoopingFFN), (check_generator, LoopingGenerator)):
+        with pytest.raises(Mistake, match="did not return within 0.3 s"):
+            checker(cls)
+    with pytest.raises(Mistake, match="did not return within 0.3 s"):
+        check_encoder_layer(type("LoopingLayer", (T.EncoderLayer,), {"forward": lambda self, x, mask=None: endless()}))

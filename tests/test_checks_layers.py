@@ -321,3 +321,7 @@ class DecoderStackSwappedMasks(T.Decoder):
 ])
 def test_common_slips_are_named(checker, candidate, hints):
     fails(checker, candidate, *hints)
+
+
+def test_load_stub_is_not_written_yet():
+    fails(check_load_encoder_layer, lambda ours, theirs: None, "not written yet")

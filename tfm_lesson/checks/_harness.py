@@ -117,6 +117,8 @@ def output_of(result: Any) -> Tensor:
         if not result:
             raise Mistake("your function returned an empty tuple; return the output tensor (or (output, weights))")
         result = result[0]
+    if result is None:
+        raise Mistake("your code returned None: not written yet, or did you forget a `return`?")
     if not isinstance(result, Tensor):
         raise Mistake(f"expected a torch.Tensor, got {type(result).__name__}; did you forget a `return`?")
     return result

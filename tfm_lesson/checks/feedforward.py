@@ -181,6 +181,8 @@ def check_layer_budget(fn: Callable[[int, int, int], dict], seed: int = 0) -> No
     configs += [(h * gen.randint(2, 16), h, gen.randint(8, 300)) for h in (1, 3, 6)]
     for d_model, heads, d_ff in configs:
         got = call(fn, d_model, heads, d_ff, what=f"your function({d_model}, {heads}, {d_ff})")
+        expect(got is not None, "your layer_budget is not written yet: it returns None. Return a dict with the keys "
+               '"attention", "feed_forward" and "norms".')
         expect(isinstance(got, dict) and {"attention", "feed_forward", "norms"} <= set(got),
                'return a dict with the keys "attention", "feed_forward" and "norms".')
         layer = EncoderLayer(d_model, heads, d_ff, dropout=0.0)

@@ -17,7 +17,8 @@ from .. import masks as M
 from ..decoder import Decoder, DecoderLayer
 from ..encoder import Encoder, EncoderLayer
 from ..interop import from_torch
-from ._harness import Mistake, call, check_device_placement, close, diagnose, expect, expect_written, output_of, passed
+from ._harness import (Mistake, call, check_device_placement, close, diagnose, expect, expect_written, output_of,
+                       passed, time_limit)
 
 __all__ = ["check_encoder_layer", "check_decoder_layer", "check_encoder", "check_decoder", "check_target_mask",
            "check_load_encoder_layer"]
@@ -471,8 +472,12 @@ def check_load_encoder_layer(fn: Callable) -> None:
     d_model, heads, d_ff = 12, 3, 20
     theirs = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0, batch_first=True).eval()
     ours = EncoderLayer(d_model, heads, d_ff, dropout=0.0).eval()
+    before = {k: v.clone() for k, v in ours.state_dict().items()}
     try:
-        fn(ours, theirs)
+        with time_limit(None, what="your function"):
+            result = fn(ours, theirs)
+    except Mistake:
+        raise
     except RuntimeError as exc:
         if "leaf Variable" in str(exc) or "in-place" in str(exc):
             raise Mistake("copying into a parameter that requires grad must happen under `with torch.no_grad():` "
@@ -480,6 +485,9 @@ def check_load_encoder_layer(fn: Callable) -> None:
         raise Mistake(f"your function raised RuntimeError: {exc}") from exc
     except Exception as exc:
         raise Mistake(f"your function raised {type(exc).__name__}: {exc}") from exc
+    expect(result is not None or any(not torch.equal(v, before[k]) for k, v in ours.state_dict().items()),
+           "your load_encoder_layer is not written yet: it changed no weight of `ours`. Copy each of torch's weights "
+           "into the matching parameter of `ours`, under `with torch.no_grad():`")
     ref = from_torch(theirs)
     d = d_model
     w_in = theirs.self_attn.in_proj_weight.detach()
