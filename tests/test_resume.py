@@ -207,3 +207,59 @@ def test_stream_position_resumes_the_same_batches(data):
     state = again.state()
     later = _BatchStream(data.train, data.src_vocab, data.tgt_vocab, 16, 5, "cpu", **state)
     assert [next(later).src.tolist() for _ in range(6)] == first[4:]
+
+
+_DDP_SCRIPT = r'''
+import json, os, sys
+import tfm_lesson.data.batching as batching
+from tfm_lesson.data import load_task
+from tfm_lesson.training import make_model, train
+
+built = []
+real = batching.make_batch
+def spy(pairs, *a, **k):
+    built.append([src for src, _ in pairs])
+    return real(pairs, *a, **k)
+batching.make_batch = spy
+data = load_task("copy", n_train=100, n_valid=8, n_test=8, min_len=3, max_len=6, vocab_size=8)
+model = make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+train(model, data, steps=5, batch_size=16, seed=3, device="cpu", progress=False, log=lambda m: None,
+      eval_every=None, eval_limit=1)
+with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as fh:
+    json.dump(built, fh)
+'''
+
+
+@pytest.mark.slow
+def test_under_torchrun_ranks_build_disjoint_shares_of_one_stream(tmp_path, data):
+    """Two gloo processes on the CPU, 5 steps each: each built only its own 5 training batches, and they are
+    its share of the single-process stream (the valid split's batches, built on rank 0, are left out)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import tfm_lesson
+
+    script = tmp_path / "ddp_batches.py"
+    script.write_text(_DDP_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TFM_DEVICE": "cpu"}
+    root = str(Path(tfm_lesson.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    stream = _BatchStream(data.train, data.src_vocab, data.tgt_vocab, 16, 3, "cpu")
+    single = [[data.src_vocab.decode(row.tolist()) for row in next(stream).src] for _ in range(11)]
+    train_sources = {s for s, _ in data.train}
+    shares = []
+    for rank in (0, 1):
+        built = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        shares.append([b for b in built if set(b) <= train_sources])  # leave out the valid split's batches
+    assert len(shares[0]) == len(shares[1]) == 5
+    norm = lambda batch: [data.src_vocab.normalize(s) for s in batch]  # noqa: E731
+    # 7 batches an epoch: rank 0 takes batches 0, 2, 4, 6 of each epoch, rank 1 takes 1, 3, 5
+    assert [norm(b) for b in shares[0]] == [single[i] for i in (0, 2, 4, 6, 7)]
+    assert [norm(b) for b in shares[1]] == [single[i] for i in (1, 3, 5, 8, 10)]
