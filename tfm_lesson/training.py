@@ -15,6 +15,7 @@ infinite stops the run with :class:`TrainingDiverged` and never overwrites a goo
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 import os
 import pickle
@@ -731,7 +732,7 @@ class Checkpoint(NamedTuple):
     extra: dict
 
 
-_PLAIN = (str, int, float, bool, type(None))
+_PLAIN = (str, int, float, bool, type(None), bytes, bytearray, complex, torch.Size)
 
 
 def _check_plain(value, where: str = "extra") -> None:
@@ -741,17 +742,30 @@ def _check_plain(value, where: str = "extra") -> None:
         return
     if kind in (dict, OrderedDict):
         for key, item in value.items():
-            if type(key) not in _PLAIN:
-                raise TypeError(f"{where} has a key of type {type(key).__name__} ({key!r}); use str or int keys")
+            _check_plain(key, f"{where} key {key!r}")
             _check_plain(item, f"{where}[{key!r}]")
         return
-    if kind in (list, tuple):
+    if kind in (list, tuple, set):
         for i, item in enumerate(value):
             _check_plain(item, f"{where}[{i}]")
         return
     raise TypeError(f"{where} is a {kind.__module__}.{kind.__qualname__}, which load_checkpoint (torch.load with "
                     "weights_only=True) would refuse; store plain values instead: str, int, float, bool, None, "
                     "lists, tuples, dicts and tensors (e.g. str(path), float(x), x.tolist())")
+
+
+def _round_trip(extra: dict) -> None:
+    """The loader's own verdict on ``extra``: saved and read back in memory, as load_checkpoint would."""
+    buffer = io.BytesIO()
+    torch.save(extra, buffer)
+    buffer.seek(0)
+    try:
+        torch.load(buffer, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        detail = next((line.strip() for line in str(err).splitlines() if "GLOBAL" in line or "Unsupported" in line),
+                      type(err).__name__)
+        raise TypeError(f"extra holds a value that load_checkpoint (torch.load with weights_only=True) would "
+                        f"refuse ({detail}); store plain values instead") from None
 
 
 def _cpu(value):
@@ -829,6 +843,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vo
         raise TypeError(f"extra must be a dict of plain values or None, got {type(extra).__name__}")
     extra = dict(extra or {})
     _check_plain(extra, "extra")
+    _round_trip(extra)
     if training is not None:
         training = _cpu(training)
         _check_plain(training, "training")
@@ -902,6 +917,7 @@ def load_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
 def update_checkpoint_extra(path: str | os.PathLike, **values) -> None:
     """Add ``values`` to a checkpoint's ``extra`` (e.g. test metrics after training), rewriting it atomically."""
     _check_plain(values, "extra")
+    _round_trip(values)
     payload = read_checkpoint(path)
     payload["extra"] = {**payload.get("extra", {}), **values}
     _atomic_save(payload, path)
