@@ -95,6 +95,13 @@ def lm_rate(progress: float, peak: float, warmup_fraction: float, final_fraction
     return peak * (final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * rest)))
 
 
+def _threads_for(model: nn.Module, device: torch.device):
+    """One CPU thread for a small model on the CPU (faster there, and far faster on a busy machine; see
+    :func:`tfm_lesson.training.cpu_threads`); otherwise torch's own choice."""
+    small = sum(p.numel() for p in model.parameters()) < 5_000_000
+    return cpu_threads(1 if device.type == "cpu" and small else None)
+
+
 @torch.no_grad()
 def _windows_loss(model: nn.Module, ids: Tensor, context: int, batch_size: int, device: torch.device,
                   max_tokens: int | None) -> tuple[float, int]:
@@ -125,7 +132,8 @@ def perplexity(model: nn.Module, ids: Tensor, context: int | None = None, batch_
     was_training = model.training
     model.eval()
     try:
-        total, count = _windows_loss(model, ids, context, batch_size, device, max_tokens)
+        with _threads_for(model, device):
+            total, count = _windows_loss(model, ids, context, batch_size, device, max_tokens)
     finally:
         model.train(was_training)
     return math.exp(total / count)
@@ -231,8 +239,9 @@ def complete(model: GPT, tokenizer: BPETokenizer, prompt: str = "", max_new_toke
     if seed is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
     idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, prompt_len)
-    out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                         use_cache=use_cache, generator=generator)
+    with _threads_for(model, device):
+        out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                             use_cache=use_cache, generator=generator)
     return tokenizer.decode(out[0, len(ids):].tolist())
 
 
