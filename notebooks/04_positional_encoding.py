@@ -1,7 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -10,10 +16,10 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, subprocess, sys
+import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
 
 # %% [markdown]
 # # 04 · Positional encoding
@@ -38,6 +44,7 @@ import torch
 from torch import nn
 
 import tfm_lesson
+import tfm_lesson as T
 from tfm_lesson import (LearnedPositionalEncoding, MultiHeadAttention, SinusoidalPositionalEncoding,
                         sinusoidal_table, viz, widgets)
 from tfm_lesson.checks import (check_learned_positional_encoding, check_offset_rotation,
@@ -66,7 +73,7 @@ device = tfm_lesson.default_device()
 # NBVAL_CHECK_OUTPUT
 d_model, heads = 16, 4
 mha = MultiHeadAttention(d_model, heads).to(device).eval()
-x = torch.randn(1, 5, d_model, device=device)  # (batch=1, len=5, d_model)
+x = torch.randn(1, 5, d_model).to(device)  # (batch=1, len=5, d_model)
 perm = torch.tensor([3, 0, 4, 1, 2], device=device)  # a shuffle of the 5 positions
 
 with torch.no_grad():
@@ -127,6 +134,7 @@ print("'bites' too:", torch.allclose(o1[0, 1], o2[0, 1], atol=1e-6))
 # sine column. When $d_{model}$ is odd the last pair has a sine and no cosine, hence the `if`.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 def pe_loop(max_len, d_model):
     table = torch.zeros(max_len, d_model, dtype=torch.float64)  # (max_len, d_model)
     for pos in range(max_len):
@@ -179,7 +187,7 @@ for n, d in [(50, 64), (20, 7)]:
           f"== tfm_lesson {torch.allclose(vec, ref.double(), atol=1e-6)}")
 
 pe = SinusoidalPositionalEncoding(d_model=16, max_len=100).to(device)
-x = torch.randn(3, 10, 16, device=device)  # (batch=3, seq_len=10, d_model=16)
+x = torch.randn(3, 10, 16).to(device)  # (batch=3, seq_len=10, d_model=16)
 y = pe(x)  # (batch, seq_len, d_model)
 print("module output:", tuple(y.shape), " == x + table[:10]:",
       torch.allclose(y, x + pe_vectorised(100, 16)[:10].float().to(device), atol=1e-6))
@@ -268,8 +276,16 @@ viz.show_positional_encoding(sinusoidal_table(64, 64), title="Sinusoidal PE: fas
 
 # %% [markdown]
 # The dot products between positions: bright along the diagonal (a position is most similar to itself), fading
-# with distance, and the same pattern along every diagonal, as the formula says. Attention scores between two
-# tokens include this term, so the encoding hands the model a ready-made notion of *nearby*.
+# with distance, and the same pattern along every diagonal, as the formula says.
+#
+# Attention does not use this plain dot product, though. A token's vector $x_p + PE_p$ passes through the
+# projections of chapter 03 first, so the score of positions $p$ and $q$ contains the term
+# $PE_p\, W^Q (W^K)^\top PE_q^\top$ (divided by $\sqrt{d_k}$; the vectors are rows), next to the terms that mix
+# words and positions. The picture is the special case $W^Q (W^K)^\top = I$. Other matrices reweight or turn
+# the pairs of columns; a head can, for instance, turn some pairs by the rotation $M_k$ of the previous section,
+# so that its positional term is largest at $q = p + k$: *look $k$ positions away*. Because shifting is the
+# same rotation at every position, one fixed pair of matrices does this for every $p$, and training can find
+# it.
 
 # %%
 viz.show_matrix(similarity, title="PE(p) · PE(q): depends only on the distance q - p",
@@ -298,8 +314,10 @@ widgets.positional_explorer(d_model=64, max_len=64)
 #
 # The alternative is not to design the vectors at all: keep a trainable table with one row per position,
 # an `nn.Embedding(max_len, d_model)`, and let gradient descent fill it. BERT and GPT-2 do this. The paper tried
-# it too: in table 3, row (E), "positional embedding instead of sinusoids" reaches dev perplexity 4.92 and
-# BLEU 25.7, against 4.92 and 25.8 for the sinusoidal base model: "nearly identical results". They kept the
+# it too: in table 3, row (E), "positional embedding instead of sinusoids" reaches a perplexity of 4.92 and a
+# BLEU of 25.7 on their English→German development set (newstest2013), against 4.92 and 25.8 for the
+# sinusoidal base model. The paper calls these "nearly identical results": the same perplexity and 0.1 BLEU
+# apart, one model of each. They kept the
 # sinusoids "because it may allow the model to extrapolate to sequence lengths longer than the ones
 # encountered during training".
 #
@@ -332,8 +350,10 @@ print("sinusoids for 600 positions:", tuple(sinusoidal_table(600, 512).shape))
 
 # %% [markdown]
 # ## Exercises
-#
+
+# %% [markdown]
 # ### Exercise 1: the module
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `MySinusoidalPE(d_model, max_len)`, an `nn.Module` whose `forward(x)` takes batch-first
 # `x (batch, seq_len, d_model)` and returns `x + PE[:seq_len]`, in `x`'s dtype. Compute the table once in
@@ -363,10 +383,12 @@ class MySinusoidalPE(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_positional_encoding(MySinusoidalPE)
 
 # %% [markdown]
 # ### Exercise 2: the table without slice assignment
+# **Difficulty** 2/3 · **Importance** 1/3 · **Time** ~15 min
 #
 # Write `table_by_stacking(max_len, d_model)` returning the `(max_len, d_model)` table, this time by building the
 # sine block and the cosine block (each `(max_len, d_model/2)`) and **interleaving** them with
@@ -390,10 +412,12 @@ def table_by_stacking(max_len, d_model):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_positional_encoding(table_by_stacking)
 
 # %% [markdown]
 # ### Exercise 3: the offset matrix
+# **Difficulty** 3/3 · **Importance** 1/3 · **Time** ~20 min
 #
 # Write `offset_rotation(k, d_model)` returning the `(d_model, d_model)` matrix $M_k$ with
 # $PE_{pos+k} = M_k\,PE_{pos}$ for **every** position ($d_{model}$ even, $PE_{pos}$ a column vector). It is
@@ -418,10 +442,12 @@ def offset_rotation(k, d_model):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_offset_rotation(offset_rotation)
 
 # %% [markdown]
 # ### Exercise 4: a learned encoding
+# **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~10 min
 #
 # Write `MyLearnedPE(d_model, max_len)` with an attribute `embedding = nn.Embedding(max_len, d_model)` (the name
 # lets the checker load the reference's weights) and `forward(x) = x + embedding.weight[:seq_len]` for batch-first
@@ -449,7 +475,16 @@ class MyLearnedPE(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_learned_positional_encoding(MyLearnedPE)
+
+# %% [markdown]
+# ## Check your understanding
+#
+# Pick an answer for each question; the feedback says why it is right or wrong.
+
+# %%
+T.quiz.show("04")
 
 # %% [markdown]
 # ## Summary
@@ -460,9 +495,11 @@ check_learned_positional_encoding(MyLearnedPE)
 #   embeddings: pairs of columns turning at geometrically spaced frequencies. Sines in even columns, cosines in
 #   odd ones, the exponent $2i/d_{model}$ shared by a pair; an odd $d_{model}$ has one sine column more.
 # - Shifting by $k$ positions is a fixed block-diagonal rotation $M_k$, so $PE_{pos} \cdot PE_{pos+k}$ depends
-#   only on $k$: relative position is easy to read off.
+#   only on $k$: relative position is easy to read off. Inside attention the positional term is
+#   $PE_p W^Q (W^K)^\top PE_q^\top$, which a head can tune to a chosen offset.
 # - Learned encodings (`LearnedPositionalEncoding`) cost `max_len * d_model` parameters and stop at `max_len`;
-#   the paper found them as good (table 3, row E) and kept the sinusoids for extrapolation.
+#   the paper found them nearly identical (table 3, row E: BLEU 25.7 against 25.8) and kept the sinusoids
+#   because they might extrapolate to longer sequences.
 # - On batch-first input the positions are `x.size(1)`; `pe[:x.size(0)]` silently adds the wrong vectors.
 #
 # Next, chapter 05 wraps attention in the residual connections and layer normalisation that let the model be

@@ -158,7 +158,7 @@ def test_learned_plain_passes(capsys):
 @pytest.mark.parametrize("cls, hint", [
     (LearnedBatchAxis, "indexed along the batch axis"),
     (LearnedDetached, "no gradient flows back"),
-    (LearnedNoEmbedding, r"needs `embedding = nn.Embedding\(max_len, d_model\)`"),
+    (LearnedNoEmbedding, r"needs an attribute `embedding = nn.Embedding\(max_len, d_model\)`"),
 ])
 def test_learned_mistakes(cls, hint):
     with pytest.raises(Mistake, match=hint):

@@ -172,8 +172,9 @@ def check_learned_positional_encoding(cls: type[nn.Module]) -> None:
             module = call(cls, d_model, max_len, what=f"{cls.__name__}(d_model={d_model}, max_len={max_len})")
             emb = getattr(module, "embedding", None)
             expect(isinstance(emb, nn.Embedding) and tuple(emb.weight.shape) == (max_len, d_model),
-                   f"your module needs `embedding = nn.Embedding(max_len, d_model)` = nn.Embedding({max_len}, "
-                   f"{d_model}), one vector per position (as in tfm_lesson.LearnedPositionalEncoding)")
+                   f"your module needs an attribute `embedding = nn.Embedding(max_len, d_model)` (here "
+                   f"nn.Embedding({max_len}, {d_model})), one vector per position, as in "
+                   f"tfm_lesson.LearnedPositionalEncoding; found {type(emb).__name__ if emb is not None else 'none'}")
             n_params = sum(p.numel() for p in module.parameters() if p.requires_grad)
             expect(n_params == max_len * d_model,
                    f"expected max_len * d_model = {max_len * d_model} trainable parameters, found {n_params}")
