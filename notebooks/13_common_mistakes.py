@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -116,13 +117,16 @@ def hint_of(check) -> str:
 # differ from it by exactly one thing.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 class WrittenOut(MultiHeadAttention):
     """Multi-head attention, every step visible; subclasses flip one switch each."""
     scale_by = "d_k"  # the bug below: "d_model"
     query_layer = "w_q"  # the bug below: "w_k"
     merge_transpose = True  # the bug below: False
 
-    def forward(self, query, key, value, mask=None):
+    def forward(self, query, key, value, mask=None, need_weights=True, cache=None):  # the reference's signature
+        if cache is not None:
+            raise NotImplementedError("this written-out version recomputes every key and value: no cache")
         batch, q_len, _ = query.shape
         q = self._split_heads(getattr(self, self.query_layer)(query))  # (batch, heads, q_len, d_k)
         k = self._split_heads(self.w_k(key))  # (batch, heads, k_len, d_k)
@@ -174,22 +178,34 @@ viz.show_heads(torch.stack([w_right[0, :4], w_wrong[0, :4]]), title="heads 0-3: 
                row_label="scale")
 
 # %%
+# NBVAL_CHECK_OUTPUT
 print(hint_of(lambda: check_multi_head_attention(ScaledByDModel)))
 
 # %% [markdown]
 # ### Mistake 2 · a cross-attention whose query goes through the key layer
 #
-# In self-attention `query`, `key` and `value` are the same tensor, so projecting the query with `w_k` instead
-# of `w_q` merely means $W^Q$ is never used (it gets no gradient and stays at its initial value). In
-# cross-attention the query comes from the decoder and the keys from the encoder, and the layer matters.
-# Symptom: `w_q` receives **no gradient at all**.
+# Project the query with `w_k` instead of `w_q` and two things go wrong. First, $W^Q$ is never used: it gets
+# no gradient and stays at its initial value. Second, in self-attention, where `query` and `key` are the same
+# tensor $x$, the scores become $xW^K(xW^K)^\top$, a **symmetric** matrix: query $i$'s score for key $j$
+# equals query $j$'s score for key $i$. The layer can no longer express "$i$ looks at $j$ but $j$ does not look
+# at $i$" (a word attending to its verb, say) in its scores; only the softmax, normalising each row on its own,
+# makes the weights differ. In cross-attention the query comes from the decoder and the keys from the
+# encoder, so the scores are not even square, but the wrong matrix is still used. Symptoms: symmetric
+# self-attention scores, and `w_q` receives **no gradient at all**.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 class QueryWithKeyLayer(WrittenOut):
     query_layer = "w_k"  # BUG: Q = query W^K
 
 
+torch.manual_seed(0)
 buggy = QueryWithKeyLayer(16, 4)
+x_self = torch.randn(1, 5, 16)
+with torch.no_grad():
+    for name, query_layer in (("correct, w_q", buggy.w_q), ("buggy,   w_k", buggy.w_k)):
+        scores = buggy._split_heads(query_layer(x_self)) @ buggy._split_heads(buggy.w_k(x_self)).transpose(-2, -1)
+        print(f"{name}: self-attention scores symmetric:", torch.allclose(scores, scores.transpose(-2, -1), atol=1e-5))
 decoder_states, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
 buggy(decoder_states, memory, memory)[0].sum().backward()
 print("w_q received a gradient:", buggy.w_q.weight.grad is not None)
@@ -226,6 +242,7 @@ print("correct merge: position 0 depends on position 1:", position_0_depends_on_
 print("bare reshape:  position 0 depends on position 1:", position_0_depends_on_position_1(MergeWithoutTranspose))
 
 # %%
+# NBVAL_CHECK_OUTPUT
 print(hint_of(lambda: check_multi_head_attention(MergeWithoutTranspose)))
 
 # %% [markdown]
@@ -237,8 +254,13 @@ print(hint_of(lambda: check_multi_head_attention(MergeWithoutTranspose)))
 #
 # ### Mistake 4 · `-inf` masking that gives NaN on fully masked rows
 #
-# Filling the masked scores with $-\infty$ is right, until a query has **no** visible key (a padded query
-# of a padded batch, or the causal mask of a decoder with a left-padded target). Its row is all $-\infty$, and
+# Filling the masked scores with $-\infty$ is right, until a query has **no** visible key. The key-only
+# padding masks of this course never do that to a right-padded batch: they hide padded *keys*, so even a padded
+# query still sees the real tokens (chapter 08). Fully masked rows come from other masks: a sequence that is
+# padding only (an empty sentence in the batch), a **left**-padded target under the causal mask (the first,
+# padded query may see only itself, a pad), or a mask that hides padded *queries* too, such as the outer
+# product `pad[:, None, :, None] & pad[:, None, None, :]` some implementations build. Such a row is all
+# $-\infty$, and
 # $\mathrm{softmax}$ computes $e^{-\infty} / \sum e^{-\infty} = 0/0$ = NaN. One NaN in the forward pass
 # becomes NaN in every gradient, and the whole model is NaN after one optimiser step.
 
@@ -258,6 +280,7 @@ print("buggy,      query 1:", attention_neg_inf(q, k, v, mask)[0, 1])
 print("tfm_lesson, query 1:", scaled_dot_product_attention(q, k, v, mask)[0][0, 1])
 
 # %%
+# NBVAL_CHECK_OUTPUT
 print(hint_of(lambda: check_attention(attention_neg_inf)))
 
 # %% [markdown]
@@ -268,6 +291,7 @@ print(hint_of(lambda: check_attention(attention_neg_inf)))
 # value. This version handles fully masked rows correctly, so float16 is its only problem.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 def attention_minus_1e9(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., q_len, k_len)
     if mask is None:
@@ -331,6 +355,7 @@ print("  with tfm_lesson's mask:   ", round(float(torch_flipped[0, :3, 3:].sum(-
 print("  with torch_mask(mask):    ", round(float(torch_right[0, :3, 3:].sum(-1).mean()), 3))
 
 # %%
+# NBVAL_CHECK_OUTPUT
 print(hint_of(lambda: check_attention(attention_torch_polarity)))
 
 # %% [markdown]
@@ -342,6 +367,7 @@ print(hint_of(lambda: check_attention(attention_torch_polarity)))
 # query still attends to the padding.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 def padding_mask_on_queries(tokens, pad_id):
     return (tokens != pad_id)[:, None, :, None]  # BUG: (batch, 1, seq_len, 1) masks rows, not columns
 
@@ -368,6 +394,7 @@ fig
 # training run.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 def causal_off_by_one(size):
     return torch.ones(size, size, dtype=torch.bool).tril(1)  # BUG: one step into the future
 
@@ -436,6 +463,9 @@ with cpu_threads(1 if device.type == "cpu" else None):  # tiny matrices: one CPU
     acc_right, acc_leaky = greedy_accuracy(model_right), greedy_accuracy(model_leaky)
     acc_d_model = greedy_accuracy(model_d_model)
 print(f"trained three models in {time.perf_counter() - start:.1f} s on {device}")
+early = slice(10, 50)  # steps 10-49
+print(f"mean training loss over steps 10-49: correct {sum(loss_right[early]) / 40:.3f}, "
+      f"leaky {sum(loss_leaky[early]) / 40:.3f}, sqrt(d_model) {sum(loss_d_model[early]) / 40:.3f}")
 print(f"final training loss: correct {loss_right[-1]:.3f}, leaky {loss_leaky[-1]:.3f}, "
       f"sqrt(d_model) {loss_d_model[-1]:.3f}")
 print(f"greedy copy accuracy: correct {acc_right:.2f}, leaky {acc_leaky:.2f}, sqrt(d_model) {acc_d_model:.2f}")
@@ -446,11 +476,13 @@ viz.plot_lines({"correct": loss_right, "causal mask off by one, tril(1)": loss_l
                title="copy task: every model 'trains'", xlabel="step", ylabel="cross-entropy")
 
 # %% [markdown]
-# The leaky curve drops below the correct one: copying the next decoder input is easier than finding the
-# token in the source. A training loss *lower* than a correct model's is the classic sign of a leak. At
-# inference the leak has nothing to read (the next token does not exist yet), and the greedy accuracy shows
-# what the model really learned. The $\sqrt{d_{model}}$ model trains as well as the correct one on this small
-# task (its logits start $\sqrt{h} = 2$ times too small, and the projections simply learn larger weights to
+# The leaky curve drops below the correct one **at once**: copying the next decoder input is easier than
+# finding the token in the source, so over steps 10–49 its loss is already well below both others (1.67,
+# against 2.11 for the correct model and 2.14 for the $\sqrt{d_{model}}$ one, in the cell above). That early gap is the classic sign of a leak. A lower *final* loss is not:
+# here the $\sqrt{d_{model}}$ model also ends below the correct one, and it leaks nothing. At inference the
+# leak has nothing to read (the next token does not exist yet), and the greedy accuracy shows what the model
+# really learned. The $\sqrt{d_{model}}$ model trains as well as the correct one on this small task (its
+# logits start $\sqrt{h} = 2$ times too small, and the projections simply learn larger weights to
 # compensate): its loss curve and its accuracy would never tell you that anything is wrong. It is still not
 # the paper's model, and in a deep stack with many heads it starts with needlessly flat attention. Only the
 # checker tells you.
@@ -462,6 +494,7 @@ viz.plot_lines({"correct": loss_right, "causal mask off by one, tril(1)": loss_l
 # so a quick test without masks passes. (And for a one-element mask it silently tests the *value*.)
 
 # %%
+# NBVAL_CHECK_OUTPUT
 class IfMask(EncoderLayer):
     def forward(self, x, mask=None):
         if mask:  # BUG: means "mask is not None", asks the tensor for a single bool
@@ -489,6 +522,7 @@ print(hint_of(lambda: check_encoder_layer(IfMask)))
 #   that stale object. With `maks = None` the layer simply attends to the padding.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 class MisspelledMask(EncoderLayer):
     def forward(self, x, mask=None):
         x = self.norm1(x + self.self_attn(x, x, x, maks)[0])  # noqa: F821 - BUG: maks, not mask
@@ -534,6 +568,7 @@ for spread in (1.0, 1e-3):
     print(f"feature std {spread:g}: largest difference from nn.LayerNorm = {err:.1e}")
 
 # %%
+# NBVAL_CHECK_OUTPUT
 print(hint_of(lambda: check_layer_norm(EpsOutsideSqrt)))
 
 # %% [markdown]
@@ -566,6 +601,7 @@ print("no activation is affine:", is_affine(NoActivation(16, 64)))
 print("tfm_lesson FFN is affine:", is_affine(tfm_lesson.PositionwiseFeedForward(16, 64)))
 
 # %%
+# NBVAL_CHECK_OUTPUT
 print(hint_of(lambda: check_feed_forward(NoActivation)))
 
 # %% [markdown]
@@ -573,8 +609,9 @@ print(hint_of(lambda: check_feed_forward(NoActivation)))
 #
 # Code written for sequence-first tensors `(seq_len, batch, d_model)` takes the table as `pe[:x.size(0)]`.
 # Given batch-first tensors `(batch, seq_len, d_model)`, `x.size(0)` is the batch size: every token of
-# sequence $b$ gets the encoding of position $b$, and the order of the words is lost. It crashes only
-# when broadcasting fails; with one sequence (batch = 1) it even runs without complaint.
+# sequence $b$ gets the encoding of position $b$, and the order of the words is lost. It never crashes:
+# `pe[:batch].unsqueeze(1)` is `(batch, 1, d_model)`, which broadcasts over the sequence axis for *any* batch
+# size (up to `max_len`). Only the numbers tell: within a sequence, every position gets the same encoding.
 
 # %%
 class PositionsAlongBatch(nn.Module):
@@ -586,10 +623,12 @@ class PositionsAlongBatch(nn.Module):
         return x + self.pe[: x.size(0)].unsqueeze(1).to(x.dtype)  # BUG: pe[:batch], (batch, 1, d_model)
 
 
-x = torch.zeros(1, 5, 8)  # one sequence of 5 tokens: no error
-out = PositionsAlongBatch(8)(x)
+x = torch.zeros(3, 5, 8)  # three sequences of 5 tokens: no error
+out = PositionsAlongBatch(8)(x)  # (3, 5, 8)
 # NBVAL_CHECK_OUTPUT
-print("all 5 positions got the same encoding:", bool((out == out[:, :1]).all()))
+print("output shape:", tuple(out.shape))
+print("within each sequence, all 5 positions got the same encoding:", bool((out == out[:, :1]).all()))
+print("sequence b got the encoding of position b:", torch.equal(out[:, 0], sinusoidal_table(3, 8)))
 print(hint_of(lambda: check_positional_encoding(PositionsAlongBatch)))
 
 # %% [markdown]
@@ -602,6 +641,7 @@ print(hint_of(lambda: check_positional_encoding(PositionsAlongBatch)))
 # without shortcuts.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 class DeepcopyResidual(EncoderLayer):
     def forward(self, x, mask=None):
         residual = copy.deepcopy(x)  # BUG: cut from the graph
@@ -650,11 +690,13 @@ print(f"per-position std of the output: post-norm {std_post:.2f}, the 'post-norm
 print(hint_of(lambda: check_encoder_layer(PostNormProsePreNormCode)))
 
 # %% [markdown]
-# ## Part 4 · The seeds' designs, done right
+# ## Part 4 · Good designs from the classic implementations, done right
 #
 # (The table in the summary at the end collects the fifteen mistakes, their symptoms and their checkers.)
 #
-# The old implementations were not only bugs. They made design choices that differ from the paper's
+# The mistakes above come from five classic from-scratch implementations of the paper, of the kind found in
+# tutorials: a Colab notebook, two blog-style walk-throughs, an annotated notebook and a textbook chapter that
+# builds a translator line by line. They were not only bugs. They made design choices that differ from the paper's
 # default or from `tfm_lesson`'s code, and are perfectly good. Each is either an option of `tfm_lesson` or
 # computes the same numbers; here is the proof for each.
 #
@@ -664,6 +706,7 @@ print(hint_of(lambda: check_encoder_layer(PostNormProsePreNormCode)))
 # indexed by position (never by batch). `tfm_lesson` has it as `TransformerConfig(positional="learned")`.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 class LearnedPositions(nn.Module):
     def __init__(self, d_model, max_len=512):
         super().__init__()
@@ -718,11 +761,12 @@ print("fused QKV == tfm_lesson.MultiHeadAttention:", same)
 # %% [markdown]
 # ### Separate $W^Q, W^K, W^V$ with split and merge of heads
 #
-# The paper's layout, written with explicit `split` and `merge` helpers, with the transpose on both sides.
+# The paper's layout, written with explicit `split` and `merge` functions, with the transpose on both sides.
 # It follows `tfm_lesson`'s attribute names, so `check_multi_head_attention` loads the reference's weights
 # into it and compares self- and cross-attention, with and without masks, in two dtypes.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 class SeparateProjections(nn.Module):
     def __init__(self, d_model, heads):
         super().__init__()
@@ -773,10 +817,10 @@ print("implicit masks give the same logits:", torch.allclose(implicit, explicit)
 # %% [markdown]
 # ### Pre-norm with a generator of log-probabilities
 #
-# Several seeds put the LayerNorm before each sub-layer (pre-norm, which trains more stably in deep stacks
+# Several of those implementations put the LayerNorm before each sub-layer (pre-norm, which trains more stably in deep stacks
 # and then needs a final LayerNorm after the stack) and ended the model with a generator that returns
 # $\log \mathrm{softmax}$ rather than logits. In `tfm_lesson` pre-norm is `norm_first=True`, the final norm
-# comes with it, and the generator returns logits: its `log_softmax` is the seeds' output. `check_encoder_layer`
+# comes with it, and the generator returns logits: its `log_softmax` is what their generators return. `check_encoder_layer`
 # already tests `norm_first=True`; `check_generator` tests a log-probability generator.
 
 # %%
@@ -817,8 +861,11 @@ widgets.mask_explorer(lengths=(6, 4), causal=True)
 #
 # Each exercise gives you a buggy piece from this chapter. Fix it; the checker tells you when you are done.
 #
-# **Exercise 1.** Fix `attention_neg_inf` so that a query with no visible key gets an all-zero output
-# instead of NaN, in every float dtype (hint: `mask.any(-1, keepdim=True)`).
+# ### Exercise 1: attention without NaN on fully masked rows
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
+#
+# Fix `attention_neg_inf` so that a query with no visible key gets an all-zero output instead of NaN, in
+# every float dtype (hint: `mask.any(-1, keepdim=True)`). Return `(output, weights)`, with or without a mask.
 
 # %%
 def my_attention(query, key, value, mask=None):
@@ -829,7 +876,8 @@ def my_attention(query, key, value, mask=None):
 def my_attention(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., q_len, k_len)
     if mask is None:
-        return scores.softmax(dim=-1) @ value
+        weights = scores.softmax(dim=-1)
+        return weights @ value, weights  # (..., q_len, d_v), (..., q_len, k_len)
     has_key = mask.any(dim=-1, keepdim=True)  # (..., q_len, 1)
     scores = scores.masked_fill(~(mask | ~has_key), float("-inf"))  # empty rows stay finite
     weights = scores.softmax(dim=-1).masked_fill(~has_key, 0.0)  # ... and are zeroed
@@ -837,10 +885,14 @@ def my_attention(query, key, value, mask=None):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_attention(my_attention)
 
 # %% [markdown]
-# **Exercise 2.** Write the causal mask correctly: `(size, size)` booleans, query $i$ sees keys $0..i$.
+# ### Exercise 2: the causal mask
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
+#
+# Write the causal mask correctly: `(size, size)` booleans, query $i$ sees keys $0..i$.
 
 # %%
 def my_causal_mask(size):
@@ -853,10 +905,15 @@ def my_causal_mask(size):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_causal_mask(my_causal_mask)
 
 # %% [markdown]
-# **Exercise 3.** Fix the layer norm: eps inside the square root.
+# ### Exercise 3: layer norm with eps in the right place
+# **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~10 min
+#
+# Fix the layer norm: eps inside the square root. Keep the parameters `weight` (the gain, ones) and `bias`
+# (the shift, zeros).
 
 # %%
 class MyLayerNorm(nn.Module):
@@ -880,10 +937,14 @@ class MyLayerNorm(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_layer_norm(MyLayerNorm)
 
 # %% [markdown]
-# **Exercise 4.** Fix the encoder layer of mistakes 9, 10, 14 and 15 at once: a layer that passes its `mask`
+# ### Exercise 4: one encoder layer without mistakes 9, 10, 14 and 15
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
+#
+# Fix the encoder layer of mistakes 9, 10, 14 and 15 at once: a layer that passes its `mask`
 # argument on (spelled right, tested with `is not None` or not at all), keeps the residual in the graph, and
 # is post-norm when `self.norm_first` is false, pre-norm when it is true. Keep the dropout modules
 # `self.dropout1`, `self.dropout2` on each sub-layer's output.
@@ -906,7 +967,14 @@ class MyEncoderLayer(EncoderLayer):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_encoder_layer(MyEncoderLayer)
+
+# %% [markdown]
+# ## Check your understanding
+
+# %%
+tfm_lesson.quiz.show("13")
 
 # %% [markdown]
 # ## Summary
@@ -915,14 +983,14 @@ check_encoder_layer(MyEncoderLayer)
 #   Parity with a reference on the same weights, including corner cases, does.
 # - The corner cases that expose them: several heads ($\sqrt{d_{model}}$ vs $\sqrt{d_k}$), query $\ne$ key
 #   (the wrong projection), a query length $\ne$ the number of heads (the missing transpose), fully masked
-#   rows (NaN), float16 (`-1e9`), batch size $\ne$ sequence length (positions on the batch axis), a small
+#   rows (NaN), float16 (`-1e9`), comparing positions within a sequence (positions on the batch axis), a small
 #   variance (eps), gradients rather than outputs (`deepcopy`), and actually passing a mask (`if mask:`,
 #   `maks`).
-# - A training loss that is *better* than expected is a warning sign too: a causal mask off by one lets the
-#   decoder read the answer.
+# - A training loss far *below* a correct model's from the very first steps is a warning sign too: a causal
+#   mask off by one lets the decoder read the answer. (A slightly lower final loss alone proves nothing.)
 # - The checkers of `tfm_lesson.checks` each run the classic wrong versions on the same weights and name the
 #   one you wrote; the table below lists which checker catches which mistake.
-# - The seeds' good designs (learned positions, fused QKV, separate projections with split/merge, masks from
+# - The good designs of those classic implementations (learned positions, fused QKV, separate projections with split/merge, masks from
 #   pad ids, pre-norm with log-probabilities) are options of `tfm_lesson` or proven equal to it.
 #
 # **Mistake → symptom → checker**
@@ -930,7 +998,7 @@ check_encoder_layer(MyEncoderLayer)
 # | # | mistake | symptom | caught by |
 # |---|---|---|---|
 # | 1 | scores / $\sqrt{d_{model}}$ | flatter attention (higher entropy), still trains | `check_multi_head_attention` |
-# | 2 | cross-attention query through `w_k` | `w_q` gets no gradient; wrong output in cross-attention | `check_multi_head_attention` |
+# | 2 | query projected with `w_k` | symmetric self-attention scores; `w_q` gets no gradient | `check_multi_head_attention` |
 # | 3 | heads merged without the transpose | positions leak into each other | `check_multi_head_attention` |
 # | 4 | `-inf` on a fully masked row | NaN output, then NaN everywhere | `check_attention` |
 # | 5 | `-1e9` in float16 | `RuntimeError: ... overflow` | `check_attention` |
@@ -941,11 +1009,11 @@ check_encoder_layer(MyEncoderLayer)
 # | 10 | misspelled `maks` | `NameError` only with a mask, or the mask silently ignored | `check_encoder_layer` |
 # | 11 | eps outside the square root | wrong output for small-variance rows | `check_layer_norm` |
 # | 12 | FFN without activation | the FFN is affine | `check_feed_forward` |
-# | 13 | `pe[:x.size(0)]` on batch-first input | all positions equal (or a shape error) | `check_positional_encoding` |
+# | 13 | `pe[:x.size(0)]` on batch-first input | all positions of a sequence equal; no error for any batch size | `check_positional_encoding` |
 # | 14 | residual via `deepcopy` | gradient lost (or `RuntimeError` from deepcopy) | `check_encoder_layer` |
 # | 15 | post-norm docstring, pre-norm code | output not normalised; wrong model | `check_encoder_layer` |
 #
-# **The seeds' designs → where they live in `tfm_lesson` → how we proved it**
+# **The classic implementations' designs → where they live in `tfm_lesson` → how we proved it**
 #
 # | design | in `tfm_lesson` | parity shown by |
 # |---|---|---|
