@@ -261,10 +261,11 @@ for where, slope in zip(probe.tolist(), probe.grad.tolist()):
 # $$\mathrm{FFN}_{\mathrm{SwiGLU}}(x) = \big(\mathrm{Swish}(xW) \odot xV\big)\,W_2,\qquad
 # \mathrm{Swish}(z) = z\,\sigma(z),$$
 #
-# where $\odot$ multiplies elementwise: one projection $xV$ is *gated* by another, $\mathrm{Swish}(xW)$, so
-# each hidden unit is a product of two learned views of the input. It has three matrices instead of two, so
-# $d_{ff}$ is usually shrunk (to about $\tfrac{2}{3} \cdot 4d_{\text{model}}$) to keep the parameter count.
-# It is still position-wise: everything said in this chapter about shapes and mixing still holds. Chapter 16
+# where $\sigma$ is the logistic sigmoid $1/(1 + e^{-z})$ and $\odot$ multiplies elementwise: one projection
+# $xV$ is *gated* by another, $\mathrm{Swish}(xW)$, so each hidden unit is a product of two learned views of
+# the input. It has three matrices instead of two, so $d_{ff}$ is usually shrunk (to about
+# $\tfrac{2}{3} \cdot 4d_{\text{model}}$) to keep the parameter count. It is still position-wise: everything
+# said in this chapter about shapes and mixing still holds. Chapter 16
 # builds it and compares it with the paper's FFN.
 #
 # ## See it: the parameter budget of one encoder layer
