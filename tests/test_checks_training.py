@@ -209,3 +209,66 @@ def test_greedy_argmax_over_positions_is_named() -> None:
             ys = torch.cat([ys, nxt], dim=1)
         return ys
     _raises(check_greedy_decode, over_positions, "")
+
+
+# --- the chapter's loop, built from the pieces, equals tfm_lesson.training.train -----------------------------------
+def test_loop_from_the_pieces_gives_trains_losses():
+    import copy
+    import dataclasses
+
+    from tfm_lesson.data import batches, load_task
+    from tfm_lesson.device import seed_everything
+    from tfm_lesson.training import cpu_threads, make_model, train
+
+    def label_smoothing_loss(logits, target, smoothing, pad_id):  # the chapter's solution
+        log_p = logits.float().log_softmax(dim=-1)
+        nll = -log_p.gather(-1, target.clamp(min=0)[..., None]).squeeze(-1)
+        real = target != pad_id
+        loss = ((1 - smoothing) * nll + smoothing * -log_p.mean(dim=-1)) * real
+        return loss.sum() / real.sum().clamp(min=1)
+
+    def noam(step, d_model, warmup):
+        step = max(step, 1)
+        return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+    data = load_task("reverse", seed=0, n_train=3000, n_valid=10, n_test=10)
+    seed_everything(0)
+    model_a = make_model(data.src_vocab, data.tgt_vocab, d_model=32, heads=4, layers=2, d_ff=64, dropout=0.0)
+    model_b = copy.deepcopy(model_a)
+    theirs = train(model_a, dataclasses.replace(data, valid=[]), steps=20, batch_size=64, warmup=10, peak_lr=3e-3,
+                   device="cpu", seed=0, amp=False, progress=False)
+
+    seed_everything(0)
+    model_b.train()
+    d_model, warmup, pad_id = 32, 10, data.tgt_vocab.pad_id
+    factor = 3e-3 / noam(warmup, d_model, warmup)
+    optimizer = torch.optim.Adam(model_b.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: factor * noam(i + 1, d_model, warmup))
+    losses = []
+    with cpu_threads(1):
+        for batch in batches(data.train, data.src_vocab, data.tgt_vocab, 64, shuffle=True, seed=0):
+            losses.append(_step(model_b, batch.src, batch.tgt, optimizer, scheduler,
+                                lambda lg, y: label_smoothing_loss(lg, y, 0.1, pad_id), 1.0))
+            if len(losses) == 20:
+                break
+    assert len(theirs["loss"]) == 20
+    assert max(abs(a - b) for a, b in zip(theirs["loss"], losses)) < 1e-6
+    assert theirs["loss"][0] > theirs["loss"][-1]
+
+
+def test_yours_or_reference_keeps_a_passing_piece_and_replaces_a_failing_one(capsys):
+    from tfm_lesson.checks import yours_or_reference
+
+    def shift(t):
+        return t[:, :-1], t[:, 1:]
+    assert yours_or_reference(shift, "shift_targets") is shift
+    assert capsys.readouterr().out == ""  # silent when yours passes
+    stand_in = yours_or_reference(lambda t: None, "shift_targets")
+    assert "does not pass its check yet" in capsys.readouterr().out
+    tgt = torch.tensor([[1, 5, 2, 0]])
+    assert [x.tolist() for x in stand_in(tgt)] == [[[1, 5, 2]], [[5, 2, 0]]]
+    for name in ("label_smoothing_loss", "noam_rate", "greedy_decode", "query_entropy", "heads_off",
+                 "rank_correlation"):
+        assert callable(yours_or_reference(lambda *a: None, name))
+    with pytest.raises(ValueError, match="name must be one of"):
+        yours_or_reference(shift, "nope")

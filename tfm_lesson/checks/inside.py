@@ -191,7 +191,11 @@ def check_rank_correlation(fn: Callable[[Tensor, Tensor], float]) -> None:
     for x, y in cases:
         what = f"rank_correlation(x ({len(x)},), y ({len(y)},))"
         got = call(fn, x.clone(), y.clone(), what=what)
-        got = float(got.item() if isinstance(got, Tensor) else got)
+        if isinstance(got, Tensor) and got.numel() == 1:
+            got = got.item()
+        expect(isinstance(got, (int, float)) and not isinstance(got, bool),
+               f"{what} returned {type(got).__name__}, expected one number (a float); did you forget a `return`?")
+        got = float(got)
         want = _pearson(_ranks(x), _ranks(y))
         if abs(got - want) < 1e-5:
             continue
@@ -207,3 +211,40 @@ def check_rank_correlation(fn: Callable[[Tensor, Tensor], float]) -> None:
                           "rank 2); here ties got distinct ranks")
         raise Mistake(f"{what} = {got:.4f}, expected {want:.4f} (Pearson's correlation of the ranks)")
     passed("check_rank_correlation", "Spearman's correlation: Pearson's of the ranks, ties averaged")
+
+
+# the reference pieces, for a chapter whose later cells need working pieces ----------------------------------------
+def _ref_query_entropy(weights: Tensor, mask: Tensor) -> Tensor:
+    return _entropy(weights, mask)
+
+
+def _ref_heads_off(attention, heads):
+    from contextlib import contextmanager
+
+    @contextmanager
+    def off():
+        d_k = attention.d_k
+
+        def zero(module, inputs):
+            (x,) = inputs
+            x = x.clone()
+            for h in heads:
+                x[..., h * d_k:(h + 1) * d_k] = 0.0
+            return (x,)
+
+        handle = attention.w_o.register_forward_pre_hook(zero)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    return off()
+
+
+def _ref_rank_correlation(x: Tensor, y: Tensor) -> float:
+    return _pearson(_ranks(x.flatten()), _ranks(y.flatten()))
+
+
+PIECES = {"query_entropy": (check_query_entropy, _ref_query_entropy),
+          "heads_off": (check_heads_off, _ref_heads_off),
+          "rank_correlation": (check_rank_correlation, _ref_rank_correlation)}

@@ -559,9 +559,12 @@ def yours_or_reference(fn: Callable, name: str) -> Callable:
     import contextlib
     import io
 
-    if name not in _PIECES:
-        raise ValueError(f"name must be one of {sorted(_PIECES)}, got {name!r}")
-    check, reference = _PIECES[name]
+    from .inside import PIECES as inside_pieces
+
+    pieces = {**_PIECES, **inside_pieces}
+    if name not in pieces:
+        raise ValueError(f"name must be one of {sorted(pieces)}, got {name!r}")
+    check, reference = pieces[name]
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             check(fn)
