@@ -724,7 +724,7 @@ def sampling_widget(model: nn.Module, tokenizer, prompt: str = "The", max_new_to
         ax.bar(xs - 0.2, raw[order].numpy(), width=0.4, color="#BBBBBB", label="the model's p")
         ax.bar(xs + 0.2, used[order].numpy(), width=0.4, color=viz.PALETTE[0], label="after temperature, top-k, top-p")
         ax.set_xticks(xs, labels, fontsize=viz.FONT, rotation=30)
-        ax.set_ylim(0, 1.02)
+        ax.set_ylim(0, min(1.02, 1.15 * max(float(raw[order].max()), float(used[order].max()))))
         kept = int((used > 0).sum())
         ax.set_title(f"next token after {textwrap.shorten(repr(text), 40)}: {kept} of {used.numel()} tokens can be "
                      f"drawn", fontsize=viz.FONT + 1)
