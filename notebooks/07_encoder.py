@@ -114,7 +114,7 @@ def encoder_layer_by_hand(x, mask=None, show=False):
     """Post-norm encoder layer written out. x: (batch, n, d_model)."""
     say = print if show else (lambda *a: None)
     say("x                          ", tuple(x.shape))
-    attended = self_attn(x, x, x, mask)[0]          # queries, keys, values: all x
+    attended = self_attn(x, x, x, mask)[0]          # queries, keys, values: all x; [0]: (output, weights)
     say("MultiHead(x, x, x)         ", tuple(attended.shape))
     z = norm1(x + dropout(attended))                # residual, then norm (post-norm)
     say("z = LN1(x + Dropout(.))    ", tuple(z.shape))
@@ -127,7 +127,7 @@ def encoder_layer_by_hand(x, mask=None, show=False):
 
 for m in (self_attn, feed_forward, norm1, norm2, dropout):
     m.eval()  # no dropout while we compare numbers
-x = torch.randn(2, 5, d_model, device=device)  # (batch=2, n=5, d_model)
+x = torch.randn(2, 5, d_model).to(device)  # (batch=2, n=5, d_model), drawn on the CPU: the same numbers anywhere
 y = encoder_layer_by_hand(x, show=True)
 
 # %% [markdown]
@@ -159,7 +159,7 @@ print("by hand == tfm_lesson.EncoderLayer:", torch.allclose(encoder_layer_by_han
 # %%
 lengths = [5, 3, 4]
 n = max(lengths)
-sentences = [torch.randn(length, d_model, device=device) for length in lengths]
+sentences = [torch.randn(length, d_model).to(device) for length in lengths]
 
 # slow: one sentence at a time, no padding, no mask
 one_by_one = [layer(s[None])[0] for s in sentences]  # each (length, d_model)
@@ -186,7 +186,7 @@ for i, length in enumerate(lengths):
 # %%
 # NBVAL_CHECK_OUTPUT
 changed = batch.clone()
-changed[1, 3:] = 100 * torch.randn(n - 3, d_model, device=device)  # garbage where sentence 1 is padded
+changed[1, 3:] = 100 * torch.randn(n - 3, d_model).to(device)  # garbage where sentence 1 is padded
 real = slice(0, 3)
 print("with the mask, real positions unchanged:   ",
       torch.allclose(layer(changed, src_mask)[1, real], batched[1, real], atol=1e-5))
