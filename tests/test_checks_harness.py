@@ -245,3 +245,22 @@ def test_every_checker_of_chapters_06_to_09_stops_an_endless_loop(monkeypatch) -
             checker(cls)
     with pytest.raises(Mistake, match="did not return within 0.3 s"):
         check_encoder_layer(type("LoopingLayer", (T.EncoderLayer,), {"forward": lambda self, x, mask=None: endless()}))
+
+
+def test_check_on_device_compares_on_the_cpu_and_names_device_slips() -> None:
+    from tfm_lesson.checks._harness import check_on_device
+
+    layer = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    check_on_device(layer, x, expected=layer(x), what="your layer", device="cpu")
+    with pytest.raises(Mistake, match="different numbers on cpu"):
+        check_on_device(layer, x, expected=layer(x) + 1, what="your layer", device="cpu")
+
+    class FixedDevice(torch.nn.Module):  # builds a tensor without device=: fine on the CPU, a crash on a GPU
+        def forward(self, x):
+            return x + torch.ones(x.shape[-1])
+
+    check_on_device(FixedDevice(), x, expected=x + 1, what="your module")  # a CPU-only machine: nothing to do
+    with pytest.raises(Mistake, match="mixes tensors on two devices"):
+        check_on_device(FixedDevice(), x, expected=x + 1, what="your module", device="meta")
+    check_on_device(layer, x, expected=layer(x), what="your layer", device="meta")  # shapes only on meta

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["Mistake", "passed", "output_of", "close", "expect", "diagnose", "call", "time_limit", "TIME_LIMIT",
-           "expect_written", "explain_exception", "run_on_device", "check_device_placement", "to_device", "to_cpu"]
+           "expect_written", "explain_exception", "run_on_device", "check_on_device", "check_device_placement", "to_device", "to_cpu"]
 
 #: Seconds the learner's code may run in one call before a checker stops it (``TFM_CHECK_TIME_LIMIT`` overrides).
 TIME_LIMIT: float = float(os.environ.get("TFM_CHECK_TIME_LIMIT", "30"))
@@ -312,9 +312,10 @@ def to_device(value: Any, device: torch.device | str) -> Any:
 
 
 def to_cpu(value: Any) -> Any:
-    """Tensors (in tuples, lists and dicts too) moved to the CPU, for comparing."""
+    """Tensors (in tuples, lists and dicts too) moved to the CPU, for comparing (meta tensors hold no numbers and
+    stay where they are)."""
     if isinstance(value, Tensor):
-        return value.cpu()
+        return value if value.device.type == "meta" else value.cpu()
     if isinstance(value, (tuple, list)):
         return type(value)(to_cpu(v) for v in value)
     if isinstance(value, dict):
@@ -335,6 +336,7 @@ def run_on_device(fn: Callable, *args: Any, what: str = "your code", device: tor
     the result on the CPU. A device mismatch inside the learner's code becomes a hint to build new tensors on the
     input's device."""
     device = torch.device(device) if device is not None else _chapter_device()
+    fn = to_device(fn, device)  # a module is copied to the device; a function stays as it is
     result = call(fn, *to_device(args, device), what=what, limit=limit, explain=explain,
                   **to_device(kwargs, device))
     return to_cpu(result)
@@ -369,3 +371,25 @@ def check_device_placement(fn: Callable, *args: Any, what: str = "your function"
         expect(out.device.type == device.type,
                f"{what} returns a tensor on {out.device.type} when `{argument}` is on {device.type}: {fix}, or it "
                "will crash next to a model on the GPU")
+
+
+def check_on_device(module_or_fn: Callable, *args: Any, expected: Tensor, what: str = "your code",
+                    device: torch.device | str | None = None, atol: float = 1e-4) -> None:
+    """Run the learner's module or function once more on the chapter's device (a GPU when there is one; nothing to
+    do on a CPU-only machine unless ``device`` is given) and compare its output, on the CPU, with ``expected``. A
+    module is copied there, so the caller's stays where it is. A device mismatch inside becomes a hint."""
+    if device is None:
+        device = _chapter_device()
+        if device.type == "cpu":
+            return  # the checker has already run everything on the CPU
+    device = torch.device(device)
+    with torch.no_grad():
+        got = output_of(run_on_device(module_or_fn, *args, what=f"{what} on {device.type}", device=device))
+    if device.type == "meta":
+        expect(got.shape == expected.shape,
+               f"{what} on the meta device gives shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+        return
+    expect(close(got, expected, atol=atol),
+           f"{what} gives different numbers on {device.type} than on the CPU (largest difference "
+           f"{(got.float() - expected.detach().cpu().float()).abs().max().item():.3g}): does it build a tensor on "
+           "a fixed device, or read `.data` / numpy values on the way?")

@@ -17,8 +17,8 @@ from .. import masks as M
 from ..decoder import Decoder, DecoderLayer
 from ..encoder import Encoder, EncoderLayer
 from ..interop import from_torch
-from ._harness import (Mistake, call, check_device_placement, close, diagnose, expect, expect_written, output_of,
-                       passed, time_limit)
+from ._harness import (Mistake, call, check_device_placement, check_on_device, close, diagnose, expect,
+                       expect_written, output_of, passed, time_limit)
 
 __all__ = ["check_encoder_layer", "check_decoder_layer", "check_encoder", "check_decoder", "check_target_mask",
            "check_load_encoder_layer"]
@@ -191,6 +191,8 @@ def check_encoder_layer(cls: type) -> None:
                  f"your EncoderLayer (norm_first={norm_first}) does not match tfm_lesson.EncoderLayer: "
                  f"self-attention then feed-forward, each with residual and {want}")
         _grads_match(learner, ref, out, expected, x, x_ref, "EncoderLayer")
+        if trial == 0:  # once more on the chapter's device (a GPU, when there is one)
+            check_on_device(learner, x.detach(), mask, expected=expected.detach(), what="your EncoderLayer")
         # padding invariance: what sits at padded positions must not reach the real ones
         with torch.no_grad():
             x2 = x.detach().clone()
@@ -304,6 +306,9 @@ def check_decoder_layer(cls: type) -> None:
                  f"your DecoderLayer (norm_first={norm_first}) does not match tfm_lesson.DecoderLayer: masked "
                  f"self-attention, cross-attention, feed-forward, each with residual and {want}")
         _grads_match(learner, ref, out, expected, x, x_ref, "DecoderLayer")
+        if trial == 0:  # once more on the chapter's device (a GPU, when there is one)
+            check_on_device(learner, x.detach(), memory, tgt_mask, memory_mask, expected=expected.detach(),
+                            what="your DecoderLayer")
         # causality: a later target position never changes an earlier output
         with torch.no_grad():
             x2 = x.detach().clone()
@@ -396,6 +401,8 @@ def _check_stack(cls: type, decoder: bool) -> None:
                 suspects["the final LayerNorm is missing: a pre-norm stack (norm_first=True) ends with `self.norm`, "
                          "since its last residual stream is otherwise never normalised"] = chain(masks_ok, False)
         diagnose(out, expected, suspects, f"your {what} (norm_first={norm_first}) does not match tfm_lesson.{what}")
+        inputs = (x, memory, tgt_mask, memory_mask) if decoder else (x, mask)
+        check_on_device(learner, *inputs, expected=expected, what=f"your {what}")
     passed(f"check_{what.lower()}", f"post-norm and pre-norm stacks of {what}Layers match tfm_lesson.{what}")
 
 
@@ -424,6 +431,7 @@ def check_target_mask(fn: Callable) -> None:
         for b in range(1, batch):
             tgt[b, rng.randint(1, length - 1):] = pad_id
         got = _run(fn, tgt, pad_id, what="your target-mask function")
+        expect(got is not None, "your target_mask is not written yet: it returns None. Return the boolean mask")
         expect(isinstance(got, Tensor), f"return a torch.Tensor, got {type(got).__name__}")
         expect(got.dtype == torch.bool, f"the mask must be boolean (True = may attend), got dtype {got.dtype}. An "
                "additive 0/-inf float mask is another convention; here build it from comparisons and `&`")
