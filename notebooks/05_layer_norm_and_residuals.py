@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -15,15 +16,15 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, subprocess, sys
+import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main"])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
 
 # %% [markdown]
 # # 05 · Layer norm and residual connections
 #
-# Attention (chapters 01–03) and the feed-forward network (chapter 06) are the *sub-layers* of the
+# Attention (chapters 01–03) and a small feed-forward network (chapter 06) are the *sub-layers* of the
 # Transformer. What turns a pile of sub-layers into something you can stack six (or sixty) deep and still
 # train is the glue around each of them: a **residual connection** and a **layer normalisation**. The paper
 # spends one sentence on it (section 3.1):
@@ -38,8 +39,10 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #   `torch.nn.LayerNorm`;
 # - what the two classic slips (unbiased variance, $\epsilon$ outside the root) cost, in numbers;
 # - why residual connections let signals and gradients cross a deep stack;
-# - **post-norm** (the paper) versus **pre-norm** (most code since), settled by measuring activations and
-#   gradients layer by layer in 24-layer stacks.
+# - **post-norm** (the paper) versus **pre-norm** (most code since): what each computes, and a residual block
+#   with dropout that does either;
+# - in an optional part at the end: what the two placements do to the activations and gradients of a
+#   24-layer stack, and to one optimiser step.
 
 # %%
 import math
@@ -48,9 +51,9 @@ import torch
 from torch import nn
 
 import tfm_lesson
-from tfm_lesson import EncoderLayer, LayerNorm, layer_norm, viz
-from tfm_lesson.checks import check_layer_norm, check_post_norm, check_pre_norm
-from tfm_lesson.depth import depth_explorer, depth_statistics, encoder_stack
+import tfm_lesson as T
+from tfm_lesson import LayerNorm, MultiHeadAttention, layer_norm, viz
+from tfm_lesson.checks import check_layer_norm, check_sublayer_connection, check_sublayer_stack
 
 tfm_lesson.seed_everything(0)
 device = tfm_lesson.default_device()
@@ -69,7 +72,8 @@ device = tfm_lesson.default_device()
 # Why over the *features* and not over the batch (batch norm)? Because a position's statistics then depend
 # on nothing else: not on the other sentences in the batch, not on padding, not on the batch size, and
 # the same computation runs in training and at inference, one token at a time.
-#
+
+# %% [markdown]
 # ## The math
 #
 # For one position, $x \in \mathbb{R}^{d_{\text{model}}}$ (a row of the $(\text{batch}, \text{seq\_len},
@@ -89,7 +93,8 @@ device = tfm_lesson.default_device()
 #    constant ($\sigma^2 = 0$).
 # 3. $\gamma, \beta \in \mathbb{R}^{d_{\text{model}}}$ are learned, start at $\gamma = 1$, $\beta = 0$,
 #    and are shared by all positions: $2\,d_{\text{model}}$ parameters per layer norm.
-#
+
+# %% [markdown]
 # ## Build it: the slow, obvious version
 #
 # Three nested loops over batch, position and feature, exactly the formula.
@@ -198,7 +203,7 @@ slips = [("unbiased variance, d_model=512", 512, unbiased), ("unbiased variance,
 errors = {name: [] for name, _, _ in slips}
 for s in scales:
     for name, d, wrong in slips:
-        z = torch.randn(64, d, dtype=torch.float64, device=device) * s  # std s
+        z = (torch.randn(64, d, dtype=torch.float64) * s).to(device)  # std s, drawn on the CPU
         right = layer_norm(z, None, None, 1e-5)
         errors[name].append(((wrong(z) - right).abs().max() / right.abs().max()).item())
 for name, errs in errors.items():
@@ -218,7 +223,8 @@ viz.plot_lines({k: [math.log10(max(e, 1e-12)) for e in v] for k, v in errors.ite
 # root costs almost nothing at std 1 ($\sim 10^{-6}$) but grows as the variance approaches $\epsilon$: at std $10^{-3}$ ($\sigma^2 = 10^{-6}$,
 # ten times smaller than $\epsilon$) the output is wrong by a factor of about 3. Tests with ordinary random
 # inputs never catch this bug; the chapter's checker feeds a tiny-variance input on purpose.
-#
+
+# %% [markdown]
 # ## Residual connections
 #
 # A residual connection adds the sub-layer's input back to its output: $x + \mathrm{Sublayer}(x)$, shapes
@@ -239,7 +245,7 @@ viz.plot_lines({k: [math.log10(max(e, 1e-12)) for e in v] for k, v in errors.ite
 torch.manual_seed(0)
 toy = [nn.Linear(32, 32).to(device) for _ in range(24)]
 for residual in (False, True):
-    h0 = torch.randn(8, 32, device=device, requires_grad=True)  # (batch, d_model)
+    h0 = torch.randn(8, 32).to(device).requires_grad_()  # (batch, d_model), drawn on the CPU
     h = h0
     for lin in toy:
         h = h + torch.tanh(lin(h)) if residual else torch.tanh(lin(h))
@@ -251,7 +257,8 @@ for residual in (False, True):
 # gradient is $\sim 10^{-5}$); with it they survive 24 layers, and even grow (output std about 4, gradient
 # norm about 70). The price: the residual stream $x$ now *accumulates* every sub-layer's output,
 # and nothing stops it from growing. That is where the norm comes in, and where its placement matters.
-#
+
+# %% [markdown]
 # ## Post-norm and pre-norm
 #
 # Two ways to combine a residual and a norm around a sub-layer $F$ (attention or feed-forward), with
@@ -264,20 +271,26 @@ for residual in (False, True):
 # Post-norm normalises the *sum*: the stream is reset to unit scale after every sub-layer, and the identity
 # path of the residual passes through a layer norm each time. Pre-norm normalises only what goes *into* the
 # sub-layer: the stream $x_l$ itself is never normalised, the identity path is clean from the top of the
-# stack to the bottom, and a final layer norm after the last layer (`Encoder(norm_first=True)` adds it)
-# rescales the output.
+# stack to the bottom, and a **final layer norm** after the last block of a pre-norm stack rescales the
+# output (a post-norm stack needs none: its last block already ends with a norm).
 #
-# A historical knot worth knowing: the paper's text and figure 1 say post-norm, and so does its 6-layer base
-# model, trained with a learning-rate **warm-up** (4000 steps, section 5.3). Well-known code does otherwise:
+# The paper also applies **dropout** (section 5.4) "to the output of each sub-layer, before it is added to the
+# sub-layer input and normalized": $\mathrm{LayerNorm}(x + \mathrm{Dropout}(F(x)))$ in post-norm,
+# $x + \mathrm{Dropout}(F(\mathrm{LayerNorm}(x)))$ in pre-norm. Dropout sets a random fraction $p$ of the
+# numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it does nothing.
+#
+# A historical knot worth knowing: the paper's text and figure 1 say post-norm. Well-known code does otherwise:
 # later versions of the authors' own `tensor2tensor` library default to normalising *first*, and The
 # Annotated Transformer quotes $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$ in its prose, then puts the norm
 # first in its code "for code simplicity". Both placements make legitimate
 # Transformers; they are not the same function. `tfm_lesson` makes the choice an option, `norm_first`, with
-# the paper's post-norm as default. Here is each, written out and compared with one `EncoderLayer`
-# (dropout off so that the outputs are deterministic):
+# the paper's post-norm as default.
+#
+# Here is each, written out, around the multi-head self-attention of chapter 03 as the sub-layer. Post-norm's
+# output is normalised at every position; pre-norm's output is the raw stream $x$ plus the sub-layer's
+# contribution, never normalised.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 def post_norm(x, sublayer, norm):
     return norm(x + sublayer(x))            # LayerNorm(x + Sublayer(x))
 
@@ -286,20 +299,173 @@ def pre_norm(x, sublayer, norm):
     return x + sublayer(norm(x))            # x + Sublayer(LayerNorm(x))
 
 
-x = torch.randn(2, 5, 32, device=device)    # (batch, seq_len, d_model)
-for norm_first, wrap in ((False, post_norm), (True, pre_norm)):
-    layer = EncoderLayer(32, 4, 64, dropout=0.0, norm_first=norm_first).to(device).eval()
-    attend = lambda t: layer.self_attn(t, t, t)[0]  # (batch, seq_len, d_model)
-    h = wrap(x, attend, layer.norm1)                # sub-layer 1: self-attention
-    h = wrap(h, layer.feed_forward, layer.norm2)    # sub-layer 2: feed-forward
-    print(f"norm_first={norm_first!s:5}  by hand == EncoderLayer: {torch.allclose(h, layer(x), atol=1e-5)}")
+x = (torch.randn(2, 5, 32) * 3 + 1).to(device)   # (batch, seq_len, d_model): a stream far from unit scale
+attention = MultiHeadAttention(32, 4).to(device).eval()
+attend = lambda t: attention(t, t, t)[0]       # self-attention as the sub-layer: (batch, seq_len, d_model)
+norm = LayerNorm(32).to(device)
+with torch.no_grad():
+    post, pre = post_norm(x, attend, norm), pre_norm(x, attend, norm)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+unit = lambda t: bool((t.mean(-1).abs() < 1e-4).all() and ((t.std(-1, unbiased=False) - 1).abs() < 1e-3).all())
+print("post-norm output: mean 0 and std 1 at every position:", unit(post))
+print("pre-norm output:  mean 0 and std 1 at every position:", unit(pre))
+print("pre-norm output - x == attention(norm(x)), the raw stream passes through:",
+      torch.allclose(pre - x, attend(norm(x)), atol=1e-5))
 
 # %% [markdown]
-# ## See it: settle post-norm vs pre-norm with measurements
+# ## Exercises
+
+# %% [markdown]
+# ### Exercise 1: your own `LayerNorm`
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
 #
-# Claims about the two placements are easy to make; let us measure. We build two stacks of **24**
-# `EncoderLayer`s ($d_{\text{model}} = 32$, 4 heads, $d_{ff} = 64$, dropout off) from the same seed, one
-# post-norm, one pre-norm (with its final norm), feed the same unit-variance input
+# Write `MyLayerNorm(d_model, eps=1e-5)`, an `nn.Module` with parameters `weight` ($\gamma$, ones) and
+# `bias` ($\beta$, zeros) of shape $(d_{\text{model}},)$, whose `forward` maps $(\dots, d_{\text{model}})$
+# to the same shape. Do not call `F.layer_norm` or `nn.LayerNorm`. The checker feeds tiny variances, small
+# $d_{\text{model}}$, float64 and 2-D to 4-D inputs, and names the mistake it recognises.
+
+# %%
+class MyLayerNorm(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        ...  # your turn: self.eps, self.weight, self.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ...  # your turn
+
+
+# %% tags=["solution"]
+class MyLayerNorm(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))   # gamma
+        self.bias = nn.Parameter(torch.zeros(d_model))    # beta
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mu = x.mean(dim=-1, keepdim=True)                          # (..., 1)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)          # (..., 1), biased
+        return self.weight * (x - mu) / torch.sqrt(var + self.eps) + self.bias
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+check_layer_norm(MyLayerNorm)
+
+# %% [markdown]
+# ### Exercise 2: a residual block, both placements
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
+#
+# Write `SublayerConnection(d_model, norm_first=False, dropout=0.1)`, an `nn.Module` with a layer norm named
+# `norm` (over `d_model` features: `nn.LayerNorm`, `tfm_lesson.LayerNorm` or your `MyLayerNorm`) and an
+# `nn.Dropout(dropout)`, whose `forward(x, sublayer)` wraps one sub-layer as the paper does:
+#
+# - `norm_first=False` (post-norm): `norm(x + dropout(sublayer(x)))`;
+# - `norm_first=True` (pre-norm): `x + dropout(sublayer(norm(x)))`.
+#
+# `x` is `(batch, seq_len, d_model)` and `sublayer` maps that shape to itself; call it once. The checker runs
+# your block in training mode (with the same dropout mask as its reference) and in evaluation mode, and names
+# the classic slips: the norm in the wrong place, dropout after the residual, a missing residual.
+
+# %%
+class SublayerConnection(nn.Module):
+    def __init__(self, d_model: int, norm_first: bool = False, dropout: float = 0.1) -> None:
+        super().__init__()
+        ...  # your turn: self.norm, self.dropout, self.norm_first
+
+    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+        ...  # your turn
+
+
+# %% tags=["solution"]
+class SublayerConnection(nn.Module):
+    def __init__(self, d_model: int, norm_first: bool = False, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)  # switches itself off in eval mode
+
+    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))  # pre-norm: the raw x stays on the residual path
+        return self.norm(x + self.dropout(sublayer(x)))  # post-norm: normalise the sum
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+check_sublayer_connection(SublayerConnection)
+
+# %% [markdown]
+# ### Exercise 3: a stack of blocks, and its final norm
+# **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~10 min
+#
+# Write `run_blocks(x, sublayers, connections, final_norm)`: apply `connections[i](x, sublayers[i])` for each
+# block in order, and end with `final_norm(x)` when the stack is pre-norm (`connections[0].norm_first` is
+# True), and only then. The checker builds pre-norm and post-norm stacks of 2 to 4 blocks, and names a final
+# norm that is missing or extra.
+
+# %%
+def run_blocks(x, sublayers, connections, final_norm):
+    ...  # your turn
+
+
+# %% tags=["solution"]
+def run_blocks(x, sublayers, connections, final_norm):
+    for sublayer, connection in zip(sublayers, connections):
+        x = connection(x, sublayer)  # (batch, seq_len, d_model) all the way up
+    return final_norm(x) if connections[0].norm_first else x  # pre-norm's stream was never normalised
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+check_sublayer_stack(run_blocks)
+
+# %% [markdown]
+# ## Check your understanding
+#
+# Pick an answer for each question; the feedback says why it is right or wrong.
+
+# %%
+T.quiz.show("05")
+
+# %% [markdown]
+# ## Summary
+#
+# - $\mathrm{LayerNorm}(x) = \gamma \odot (x - \mu)/\sqrt{\sigma^2 + \epsilon} + \beta$ over the **last**
+#   axis of $(\text{batch}, \text{seq\_len}, d_{\text{model}})$, with the **biased** variance and $\epsilon$
+#   **inside** the root; $2\,d_{\text{model}}$ parameters. Proven equal to `tfm_lesson.LayerNorm` (both
+#   paths) and `nn.LayerNorm`.
+# - The unbiased variance costs a constant $1-\sqrt{(d-1)/d}$ relative error; $\epsilon$ outside the root
+#   costs nothing until the variance nears $\epsilon$, and then everything.
+# - Residual connections keep signal and gradient alive through depth (24 tanh layers: dead without, alive
+#   with).
+# - Post-norm (the paper), $\mathrm{LayerNorm}(x + \mathrm{Dropout}(F(x)))$, resets the stream's scale after
+#   every sub-layer. Pre-norm, $x + \mathrm{Dropout}(F(\mathrm{LayerNorm}(x)))$, normalises only the sub-layer's
+#   input, keeps a clean identity path, and needs a final norm at the top of the stack. Dropout goes on the
+#   sub-layer's output, before the residual sum. `tfm_lesson` chooses with `norm_first`; the default is the
+#   paper's.
+# - The optional part below measures what the placement does in a 24-layer stack: post-norm's gradients are
+#   larger and more uneven, and one optimiser step moves a deep post-norm stack's output more, which is why
+#   it is trained with a learning-rate warm-up.
+#
+# Next, chapter 06: the other sub-layer, the position-wise feed-forward network.
+
+# %% [markdown]
+# ## Going deeper (optional): deep stacks, gradients and one optimiser step
+#
+# Everything above is what you need for the next chapters. This part measures what the placement of the norm
+# does to a deep stack. It uses two things the course builds later: the **encoder layer** of chapter 07 (a
+# self-attention sub-layer and a feed-forward sub-layer, each wrapped in a residual block as above; `tfm_lesson`
+# already has it) and **Adam**, the optimiser the paper trains with (chapter 10). You can come back here after
+# chapter 10.
+#
+# ### See it: post-norm vs pre-norm, measured
+#
+# Claims about the two placements are easy to make; let us measure. `tfm_lesson.depth.encoder_stack` builds a
+# stack of **24** encoder layers ($d_{\text{model}} = 32$, 4 heads, feed-forward width $d_{ff} = 64$, dropout
+# off) from a fixed seed; we build one post-norm, one pre-norm (with its final norm), feed the same unit-variance input
 # $(4, 16, d_{\text{model}})$, put a fixed random linear read-out on top as a stand-in loss, and record per
 # layer $l$ (`tfm_lesson.depth.depth_statistics`):
 #
@@ -309,6 +475,8 @@ for norm_first, wrap in ((False, post_norm), (True, pre_norm)):
 #   learning signal changes on its way down.
 
 # %%
+from tfm_lesson.depth import depth_explorer, depth_statistics, encoder_stack
+
 layers = 24
 x = torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(0)).to(device)  # (batch, seq_len, d_model)
 stats = {name: depth_statistics(encoder_stack(layers, norm_first).to(device), x)
@@ -350,15 +518,16 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 #    grows steadily with depth (here from about 1.05 to about 1.8 over 24 layers). That growth is harmless
 #    because every sub-layer reads a normalised copy, and the final norm rescales the output; but it means
 #    each later layer changes the stream *relatively* less.
-# 2. *The learning signal on the way down.* In pre-norm the gradient reaching any layer's output is at
-#    least the top's (the clean identity path: $\partial x_L/\partial x_l = I + \dots$, every branch adds
-#    its own term) and grows toward the bottom, to 1.8 times the top's. In post-norm it must pass through
+# 2. *The learning signal on the way down.* In pre-norm the gradient reaching a layer's output is the top's
+#    carried down the clean identity path, plus one term for every branch above it
+#    ($\partial x_L/\partial x_l = I + \dots$). Such terms could in principle cancel part of it ($I + J$ can
+#    shrink a vector), but here they add up: the gradient grows toward the bottom, to 1.8 times the top's. In post-norm it must pass through
 #    the Jacobian of a layer norm twice per layer, which projects out the direction of the mean and rescales
 #    by $1/\sigma$; it never gains and sinks to about 0.8 of the top's in the middle of the stack. Mild
 #    here, because our sub-layers start small compared with the stream, but nothing in post-norm protects
 #    the path the way pre-norm's identity does.
 # 3. *Parameter gradients.* Post-norm's are larger, at every layer (1.4 to 2.2 times here), and
-#    more uneven across depth (a spread of about 2 between layers, against about 1.5). Pre-norm's are
+#    more uneven across depth (a spread of about 2 between layers, against about 1.6). Pre-norm's are
 #    smaller and flatter: the final norm divides by the grown stream
 #    scale, and each layer's branch is one of many added terms.
 #
@@ -455,7 +624,7 @@ for name, values in change.items():
 # parameter gradients, 0.79 against 0.46 after one step at 16 layers) and grow with depth, as the
 # figures show. Full training runs with and without warm-up belong to chapter 10.
 #
-# ## Play with it
+# ### Play with it
 #
 # Drag the depth and switch the placement: the two panels are the activation-scale and parameter-gradient
 # figures above, recomputed for a fresh stack. Try 2 layers (the two placements barely differ) and 24 (the
@@ -466,104 +635,10 @@ for name, values in change.items():
 depth_explorer(max_layers=24, layers=8)
 
 # %% [markdown]
-# ## Exercises
-#
-# ### Exercise 1: your own `LayerNorm`
-#
-# Write `MyLayerNorm(d_model, eps=1e-5)`, an `nn.Module` with parameters `weight` ($\gamma$, ones) and
-# `bias` ($\beta$, zeros) of shape $(d_{\text{model}},)$, whose `forward` maps $(\dots, d_{\text{model}})$
-# to the same shape. Do not call `F.layer_norm` or `nn.LayerNorm`. The checker feeds tiny variances, small
-# $d_{\text{model}}$, float64 and 2-D to 4-D inputs, and names the mistake it recognises.
-
-# %%
-class MyLayerNorm(nn.Module):
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        ...  # your turn: self.eps, self.weight, self.bias
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ...  # your turn
-
-
-# %% tags=["solution"]
-class MyLayerNorm(nn.Module):
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))   # gamma
-        self.bias = nn.Parameter(torch.zeros(d_model))    # beta
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mu = x.mean(dim=-1, keepdim=True)                          # (..., 1)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)          # (..., 1), biased
-        return self.weight * (x - mu) / torch.sqrt(var + self.eps) + self.bias
-
-
-# %%
-check_layer_norm(MyLayerNorm)
-
-# %% [markdown]
-# ### Exercise 2: the paper's post-norm block
-#
-# Write `my_post_norm(x, sublayer, norm)` returning the output of one sub-layer block as the paper
-# writes it. `x` is $(\text{batch}, \text{seq\_len}, d_{\text{model}})$; `sublayer` and `norm` are modules
-# mapping that shape to itself. Call the sub-layer once.
-
-# %%
-def my_post_norm(x, sublayer, norm):
-    ...  # your turn
-
-
-# %% tags=["solution"]
-def my_post_norm(x, sublayer, norm):
-    return norm(x + sublayer(x))
-
-
-# %%
-check_post_norm(my_post_norm)
-
-# %% [markdown]
-# ### Exercise 3: the pre-norm block
-#
-# Now `my_pre_norm(x, sublayer, norm)`: normalise what goes into the sub-layer, and keep the raw stream on
-# the residual path. (The checker recognises post-norm and pre-norm swapped, a missing residual, a
-# normalised residual and a double norm.)
-
-# %%
-def my_pre_norm(x, sublayer, norm):
-    ...  # your turn
-
-
-# %% tags=["solution"]
-def my_pre_norm(x, sublayer, norm):
-    return x + sublayer(norm(x))
-
-
-# %%
-check_pre_norm(my_pre_norm)
-
-# %% [markdown]
 # ### Exercise 4 (explore, no checker): how deep before it shows?
+# **Difficulty** 2/3 · **Importance** 1/3 · **Time** ~15 min
 #
 # Use `depth_statistics(encoder_stack(L, norm_first), x)` for $L = 2, 6, 12, 24$ and both placements and
 # plot, against $L$, the ratio of post-norm's to pre-norm's gradient norm at the top layer. Then try
 # $d_{\text{model}} = 64$ (`encoder_stack(L, norm_first, d_model=64, d_ff=128)`, with a matching `x`).
 # Does the gap grow with depth? With width?
-#
-# ## Summary
-#
-# - $\mathrm{LayerNorm}(x) = \gamma \odot (x - \mu)/\sqrt{\sigma^2 + \epsilon} + \beta$ over the **last**
-#   axis of $(\text{batch}, \text{seq\_len}, d_{\text{model}})$, with the **biased** variance and $\epsilon$
-#   **inside** the root; $2\,d_{\text{model}}$ parameters. Proven equal to `tfm_lesson.LayerNorm` (both
-#   paths) and `nn.LayerNorm`.
-# - The unbiased variance costs a constant $1-\sqrt{(d-1)/d}$ relative error; $\epsilon$ outside the root
-#   costs nothing until the variance nears $\epsilon$, and then everything.
-# - Residual connections keep signal and gradient alive through depth (24 tanh layers: dead without, alive
-#   with).
-# - Post-norm (paper) resets the stream's scale after each sub-layer; its gradients are larger and more
-#   uneven, and one Adam step moves a deep post-norm stack's output much more (0.79 against 0.46 at 16
-#   layers), so it needs warm-up. Pre-norm keeps a clean identity path and even, smaller gradients, so deep
-#   stacks train without warm-up. `EncoderLayer(norm_first=...)`
-#   chooses; the default is the paper's.
-#
-# Next, chapter 06: the other sub-layer, the position-wise feed-forward network.

@@ -1,12 +1,16 @@
-"""check_layer_norm, check_post_norm, check_pre_norm: the reference passes; each classic mistake gets its hint."""
+"""check_layer_norm, check_post_norm, check_pre_norm, check_sublayer_connection, check_sublayer_stack: the
+reference passes; each classic mistake gets its hint."""
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 from torch import nn
 
 import tfm_lesson
-from tfm_lesson.checks import Mistake, check_layer_norm, check_post_norm, check_pre_norm
+from tfm_lesson.checks import (Mistake, check_layer_norm, check_post_norm, check_pre_norm, check_sublayer_connection,
+                               check_sublayer_stack)
 
 
 class Norm(nn.Module):
@@ -170,3 +174,97 @@ def test_layer_norm_accepts_a_partial(capsys):
 
     check_layer_norm(functools.partial(tfm_lesson.LayerNorm, explicit=True))
     assert "✔ check_layer_norm passed" in capsys.readouterr().out
+
+
+# --- SublayerConnection(d_model, norm_first, dropout) and stacks of blocks ------------------------------------------
+class _Block(nn.Module):
+    """A residual block with one classic slip chosen by ``slip``."""
+
+    slip = "none"
+
+    def __init__(self, d_model, norm_first=False, dropout=0.1):
+        super().__init__()
+        self.norm_first, self.norm, self.dropout = norm_first, nn.LayerNorm(d_model), nn.Dropout(dropout)
+
+    def forward(self, x, sublayer):
+        n, d, slip = self.norm, self.dropout, self.slip
+        pre = self.norm_first != (slip == "swapped")
+        if slip == "dropout after the residual":
+            return d(x + sublayer(n(x))) if pre else n(d(x + sublayer(x)))
+        if slip == "residual missing":
+            return d(sublayer(n(x))) if pre else n(d(sublayer(x)))
+        if slip == "dropout missing":
+            return x + sublayer(n(x)) if pre else n(x + sublayer(x))
+        if slip == "functional dropout":
+            f = lambda t: nn.functional.dropout(t, d.p)  # noqa: E731  (always on, even in eval mode)
+            return x + f(sublayer(n(x))) if pre else n(x + f(sublayer(x)))
+        if slip == "dropout on x too":
+            return d(x) + d(sublayer(n(x))) if pre else n(d(x) + d(sublayer(x)))
+        if slip == "normalised residual":
+            return n(x) + d(sublayer(n(x))) if pre else n(x + d(sublayer(x)))
+        if slip == "norm twice":
+            return n(x + d(sublayer(n(x))))
+        if slip == "sub-layer twice":
+            sublayer(x)
+        return x + d(sublayer(n(x))) if pre else n(x + d(sublayer(x)))
+
+
+def _with_slip(slip: str, norm_attr: str = "norm") -> type:
+    cls = type(f"Block_{slip.replace(' ', '_')}", (_Block,), {"slip": slip})
+    if norm_attr != "norm":
+        init = cls.__init__
+
+        def __init__(self, d_model, norm_first=False, dropout=0.1):
+            init(self, d_model, norm_first, dropout)
+            setattr(self, norm_attr, self.__dict__["_modules"].pop("norm"))
+        cls.__init__ = __init__
+    return cls
+
+
+def test_sublayer_connection_reference_passes(capsys: pytest.CaptureFixture) -> None:
+    check_sublayer_connection(_Block)
+    assert "✔ check_sublayer_connection passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("slip, hint", [
+    ("swapped", "norm in the wrong place"),
+    ("dropout after the residual", "dropout after the residual"),
+    ("residual missing", "residual missing"),
+    ("dropout missing", "dropout missing"),
+    ("functional dropout", "in eval mode"),
+    ("dropout on x too", "dropout was applied to the residual x"),
+    ("normalised residual", "the residual carries norm(x)"),
+    ("norm twice", "you normalised twice"),
+    ("sub-layer twice", "called the sub-layer 2 times"),
+])
+def test_sublayer_connection_mistakes(slip: str, hint: str) -> None:
+    with pytest.raises(Mistake, match=re.escape(hint)):
+        check_sublayer_connection(_with_slip(slip))
+
+
+def test_sublayer_connection_without_a_norm_attribute() -> None:
+    with pytest.raises(Mistake, match="needs an attribute `norm`"):
+        check_sublayer_connection(_with_slip("none", norm_attr="layer_norm"))
+
+
+def _blocks(x, sublayers, connections, final_norm):
+    for sublayer, connection in zip(sublayers, connections):
+        x = connection(x, sublayer)
+    return final_norm(x) if connections[0].norm_first else x
+
+
+def test_sublayer_stack_reference_passes(capsys: pytest.CaptureFixture) -> None:
+    check_sublayer_stack(_blocks)
+    assert "✔ check_sublayer_stack passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda x, s, c, f: _blocks(x, s, c, lambda t: t), "final norm missing"),
+    (lambda x, s, c, f: f(_blocks(x, s, c, lambda t: t)), "final norm extra"),
+    (lambda x, s, c, f: _blocks(x, s[::-1], c[::-1], f), "wrong order"),
+    (lambda x, s, c, f: _blocks(x, s[:-1], c[:-1], f), "exactly once"),
+    (lambda x, s, c, f: None, "return"),
+])
+def test_sublayer_stack_mistakes(fn, hint: str) -> None:
+    with pytest.raises(Mistake, match=re.escape(hint)):
+        check_sublayer_stack(fn)

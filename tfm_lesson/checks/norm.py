@@ -1,4 +1,6 @@
-"""Checkers for chapter 05: layer norm, and the two ways to wrap a sub-layer with a residual and a norm.
+"""Checkers for chapter 05: layer norm, and the two ways to wrap a sub-layer with a residual and a norm
+(as functions, ``check_post_norm`` / ``check_pre_norm``; as a module with dropout, ``check_sublayer_connection``;
+and a stack of such blocks with its final norm, ``check_sublayer_stack``).
 
 Each builds the classic wrong versions next to the reference and, when the learner's output matches one of
 them, names it. Inputs are chosen so the mistakes are told apart: a small ``d_model`` makes the unbiased
@@ -15,7 +17,8 @@ from torch import Tensor, nn
 from ..norm import layer_norm
 from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
 
-__all__ = ["check_layer_norm", "check_post_norm", "check_pre_norm"]
+__all__ = ["check_layer_norm", "check_post_norm", "check_pre_norm", "check_sublayer_connection",
+           "check_sublayer_stack"]
 
 EPS = 1e-5
 
@@ -239,3 +242,160 @@ def check_post_norm(fn: Callable, trials: int = 4, seed: int = 0) -> None:
 def check_pre_norm(fn: Callable, trials: int = 4, seed: int = 0) -> None:
     """``fn(x, sublayer, norm)`` must return the pre-norm residual block ``x + sublayer(norm(x))``."""
     _check_wrapper(fn, "pre", trials, seed)
+
+
+# a residual block as a module: SublayerConnection(d_model, norm_first, dropout) -----------------------------------
+def _block(x: Tensor, f: Callable[[Tensor], Tensor], norm: Callable[[Tensor], Tensor], drop: Callable[[Tensor], Tensor],
+           norm_first: bool) -> Tensor:
+    """The reference: dropout on the sub-layer's output, before it is added to the residual (paper, section 5.4)."""
+    return x + drop(f(norm(x))) if norm_first else norm(x + drop(f(x)))
+
+
+def _connection_suspects(x: Tensor, f: Callable, norm: Callable, drop: Callable, norm_first: bool,
+                         seeded: Callable[[Callable[[], Tensor]], Tensor]) -> dict[str, Tensor]:
+    """hint -> the output of a classic wrong block, computed with the same dropout mask as the reference."""
+    which, other = ("pre", "post") if norm_first else ("post", "pre")
+    formula = "x + dropout(sublayer(norm(x)))" if norm_first else "norm(x + dropout(sublayer(x)))"
+    return {
+        f"norm in the wrong place: your output is {other.upper()}-norm, but norm_first={norm_first} asks for "
+        f"{which}-norm, {formula}.": seeded(lambda: _block(x, f, norm, drop, not norm_first)),
+        f"dropout after the residual: dropout belongs on the sub-layer's output BEFORE it is added to x (the paper, "
+        f"section 5.4), {formula}; dropping out the sum also drops parts of x itself.":
+            seeded(lambda: drop(x + f(norm(x))) if norm_first else norm(drop(x + f(x)))),
+        f"dropout was applied to the residual x as well as to the sub-layer: only the sub-layer's output is dropped "
+        f"out, {formula}.": seeded(lambda: (drop(x) + drop(f(norm(x)))) if norm_first else norm(drop(x) + drop(f(x)))),
+        f"residual missing: your output has no x added back; {formula}.":
+            seeded(lambda: drop(f(norm(x))) if norm_first else norm(drop(f(x)))),
+        "the residual carries norm(x) instead of the raw x: pre-norm adds the sub-layer's output to the stream "
+        "itself, x + dropout(sublayer(norm(x))).": seeded(lambda: norm(x) + drop(f(norm(x)))),
+        f"dropout missing: in training mode the sub-layer's output must pass through self.dropout before it is "
+        f"added to x, {formula}.": _block(x, f, norm, lambda t: t, norm_first),
+        f"norm missing: {formula}.": seeded(lambda: x + drop(f(x))),
+        "you normalised twice (before the sub-layer and after the sum): choose one placement, as norm_first says.":
+            seeded(lambda: norm(x + drop(f(norm(x))))),
+    }
+
+
+def check_sublayer_connection(cls: type, seed: int = 0) -> None:
+    """``cls(d_model, norm_first=False, dropout=0.1)`` is an ``nn.Module`` with a layer norm ``norm`` whose
+    ``forward(x, sublayer)`` returns ``norm(x + dropout(sublayer(x)))`` (post-norm) or
+    ``x + dropout(sublayer(norm(x)))`` (pre-norm)."""
+    gen = random.Random(seed)
+    name = getattr(cls, "__name__", type(cls).__name__)
+    for trial, (norm_first, dtype) in enumerate([(False, torch.float32), (True, torch.float32),
+                                                 (False, torch.float64), (True, torch.float64)]):
+        torch.manual_seed(seed + trial)
+        d_model, batch, seq_len = gen.choice([6, 8, 16]), gen.randint(2, 3), gen.randint(3, 6)
+        p = 0.3
+        module = call(cls, d_model, norm_first=norm_first, dropout=p,
+                      what=f"{name}({d_model}, norm_first={norm_first}, dropout={p})")
+        expect(isinstance(module, nn.Module), f"{name} must be an nn.Module (subclass nn.Module and call "
+                                              "super().__init__()).")
+        norm = getattr(module, "norm", None)
+        expect(isinstance(norm, nn.Module) and isinstance(getattr(norm, "weight", None), nn.Parameter)
+               and tuple(norm.weight.shape) == (d_model,),
+               f"{name} needs an attribute `norm`, a layer norm over d_model = {d_model} features (nn.LayerNorm, "
+               "tfm_lesson.LayerNorm or your MyLayerNorm), so that its weights can be set; found "
+               f"{type(norm).__name__ if norm is not None else 'none'}")
+        module = module.to(dtype)
+        with torch.no_grad():
+            norm.weight.copy_(torch.rand(d_model, dtype=dtype) + 0.5)
+            if getattr(norm, "bias", None) is not None:
+                norm.bias.copy_(torch.randn(d_model, dtype=dtype) * 0.5)
+        sublayer = _Counted(d_model, dtype)
+        x = (torch.randn(batch, seq_len, d_model) * 2 + 1).to(dtype)  # (batch, seq_len, d_model)
+        drop = nn.Dropout(p)
+        atol = 1e-5 if dtype == torch.float32 else 1e-9
+
+        # training mode: dropout is on; the same seed gives the reference and the learner the same mask
+        module.train()
+        draw = 1000 + trial
+
+        def seeded(compute: Callable[[], Tensor]) -> Tensor:
+            torch.manual_seed(draw)
+            with torch.no_grad():
+                return compute()
+
+        torch.manual_seed(draw)
+        got = output_of(call(module, x, sublayer, what=f"your {name}.forward(x, sublayer)"))
+        expect(sublayer.calls == 1, f"your forward called the sub-layer {sublayer.calls} times; call it exactly once "
+                                    "(with dropout inside the sub-layer, two calls give two different results).")
+        expected = seeded(lambda: _block(x, sublayer, norm, drop, norm_first))
+        suspects = _connection_suspects(x, sublayer, norm, drop, norm_first, seeded)
+        diagnose(got.detach(), expected, suspects,
+                 f"in training mode (norm_first={norm_first}, dropout={p}, {dtype}) your output differs from "
+                 f"{'x + dropout(sublayer(norm(x)))' if norm_first else 'norm(x + dropout(sublayer(x)))'}",
+                 atol=atol)
+
+        # evaluation mode: no dropout at all
+        module.eval()
+        got = output_of(call(module, x, sublayer, what=f"your {name}.forward(x, sublayer) in eval mode"))
+        with torch.no_grad():
+            expected = _block(x, sublayer, norm, lambda t: t, norm_first)
+        expect(close(got.detach(), expected, atol=atol),
+               "in eval mode (module.eval()) dropout must do nothing: use an nn.Dropout module (self.dropout), "
+               "which switches off in eval mode, or F.dropout(..., training=self.training).")
+    passed("check_sublayer_connection", "post-norm and pre-norm blocks, dropout on the sub-layer's output in training "
+                                        "and none in eval mode, float32 and float64")
+
+
+# a stack of residual blocks: the final norm belongs to pre-norm stacks only --------------------------------------
+class _Connection(nn.Module):
+    """The reference residual block (no dropout), used to build stacks for :func:`check_sublayer_stack`."""
+
+    def __init__(self, d_model: int, norm_first: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.norm = nn.LayerNorm(d_model).to(dtype)
+        with torch.no_grad():
+            self.norm.weight.copy_(torch.rand(d_model, dtype=dtype) + 0.5)
+            self.norm.bias.copy_(torch.randn(d_model, dtype=dtype) * 0.5)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return _block(x, sublayer, self.norm, lambda t: t, self.norm_first)
+
+
+def check_sublayer_stack(fn: Callable, seed: int = 0) -> None:
+    """``fn(x, sublayers, connections, final_norm)`` must apply ``connections[i](x, sublayers[i])`` in order and end
+    with ``final_norm`` in a pre-norm stack (``connections[0].norm_first``) and only there."""
+    gen = random.Random(seed)
+    torch.manual_seed(seed)
+    for trial, norm_first in enumerate([True, False, True, False]):
+        dtype = torch.float64 if trial >= 2 else torch.float32
+        d_model, n = gen.choice([6, 8]), gen.randint(2, 4)
+        sublayers = [_Counted(d_model, dtype) for _ in range(n)]
+        connections = [_Connection(d_model, norm_first, dtype) for _ in range(n)]
+        final_norm = _Connection(d_model, norm_first, dtype).norm  # a layer norm with non-trivial gain and shift
+        x = (torch.randn(2, 5, d_model) * 2 + 1).to(dtype)
+        got = output_of(call(fn, x, sublayers, connections, final_norm,
+                             what=f"your function on a {'pre' if norm_first else 'post'}-norm stack of {n} blocks"))
+        calls = [s.calls for s in sublayers]
+        expect(all(c == 1 for c in calls), f"each sub-layer must run exactly once, through its connection; the calls "
+                                           f"per sub-layer were {calls}")
+        with torch.no_grad():
+            h = x
+            for s, c in zip(sublayers, connections):
+                h = c(h, s)
+            expected = final_norm(h) if norm_first else h
+            suspects = {
+                ("final norm missing: a pre-norm stack never normalises its stream, so it must end with the final "
+                 "layer norm, final_norm(x), after the last block." if norm_first else
+                 "final norm extra: a post-norm stack's last block already ends with a layer norm; apply final_norm "
+                 "only when the connections are pre-norm (connections[0].norm_first).")
+                : final_norm(h) if not norm_first else h,
+                "the blocks ran in the wrong order: apply connections[i] with sublayers[i], from the first to the last.":
+                    _stack_reversed(x, sublayers, connections, final_norm if norm_first else None),
+            }
+        diagnose(got.detach(), expected, suspects,
+                 f"your {'pre' if norm_first else 'post'}-norm stack's output differs from the blocks applied in "
+                 f"order{', then final_norm' if norm_first else ''}", atol=1e-5 if dtype == torch.float32 else 1e-9)
+        for s in sublayers:
+            s.calls = 0
+    passed("check_sublayer_stack", "blocks applied in order; the final norm in pre-norm stacks and only there")
+
+
+def _stack_reversed(x: Tensor, sublayers: list, connections: list, final_norm: Callable | None) -> Tensor:
+    h = x
+    for s, c in zip(reversed(sublayers), reversed(connections)):
+        h = c(h, s)
+    return final_norm(h) if final_norm is not None else h
