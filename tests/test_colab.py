@@ -1,0 +1,130 @@
+"""A chapter runs as on Colab: a fresh environment that has torch (Colab brings its own) and no tfm_lesson.
+
+The test builds a new virtual environment, makes the project's installed torch (and only torch with what torch
+itself requires) importable in it through a ``.pth`` file (a second torch download would cost gigabytes), installs
+a Jupyter kernel there (Colab's runtime is one), and runs a chapter in that kernel with ``TFM_LESSON_SOURCE``
+pointing at a copy of this checkout: the chapter's set-up cell must install tfm_lesson and its dependencies, and
+every later cell must run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tfm_lesson import course
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+CHAPTER = ROOT / "notebooks" / "00_welcome.ipynb"
+
+
+def _requires(name: str, seen: set[str]) -> None:
+    """``name`` and everything it requires (markers of this Python honoured, extras skipped), into ``seen``."""
+    key = re.sub(r"[-_.]+", "-", name).lower()
+    if key in seen:
+        return
+    seen.add(key)
+    from packaging.requirements import Requirement
+
+    for line in metadata.requires(name) or []:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            try:
+                _requires(req.name, seen)
+            except metadata.PackageNotFoundError:
+                pass
+
+
+def _torch_only(target: Path) -> list[str]:
+    """Symlink torch and what it requires (modules and their ``dist-info``) from this environment into ``target``."""
+    names: set[str] = set()
+    _requires("torch", names)
+    target.mkdir()
+    for name in names:
+        dist = metadata.distribution(name)
+        site = Path(dist.locate_file(""))
+        tops = {Path(str(f)).parts[0] for f in dist.files or []}
+        for top in tops:
+            if top.endswith(".pth") or top in ("..", "bin", "__pycache__") or not (site / top).exists():
+                continue
+            if not (target / top).exists():
+                (target / top).symlink_to(site / top)
+    return sorted(names)
+
+
+def _pip_reaches_an_index(python: Path) -> str | None:
+    done = subprocess.run([str(python), "-m", "pip", "download", "--no-deps", "-q", "-d", str(python.parent / "dl"),
+                           "tqdm"], capture_output=True, text=True, timeout=300)
+    return None if done.returncode == 0 else done.stderr[-500:]
+
+
+def test_a_chapter_runs_in_a_fresh_torch_only_environment(tmp_path):
+    venv = tmp_path / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    brought = _torch_only(tmp_path / "torch_only")
+    (site / "colab_torch.pth").write_text(str(tmp_path / "torch_only") + "\n")
+    probe = subprocess.run([str(python), "-c", "import importlib.util as u, torch; "
+                            "print(torch.__version__, u.find_spec('tfm_lesson') is None, u.find_spec('numpy') is None)"],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)  # not this checkout's folder
+    assert probe.returncode == 0 and probe.stdout.split()[1:] == ["True", "True"], (probe.stdout, probe.stderr, brought)
+    why = _pip_reaches_an_index(python)
+    if why:
+        pytest.skip(f"pip reaches no package index from here: {why}")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "ipykernel"], check=True, timeout=900)
+
+    # a checkout, as the set-up cell would fetch it (a copy: building must not write into this tree)
+    source = tmp_path / "checkout"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "tfm_lesson", source / "tfm_lesson", ignore=shutil.ignore_patterns("__pycache__"))
+
+    kernels = tmp_path / "share" / "jupyter" / "kernels" / "colab"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps({
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "fresh torch-only Python", "language": "python"}))
+
+    nb = nbformat.read(CHAPTER, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert course.is_setup_cell(first.source), "the chapter does not start with the set-up cell"
+    first.source = course.SETUP_CELL  # the current wording (it honours TFM_LESSON_SOURCE)
+    nb.cells.append(nbformat.v4.new_code_cell("import tfm_lesson, sys\nprint('FROM', tfm_lesson.__file__)\n"
+                                              "print('PYTHON', sys.executable)"))
+    workdir = tmp_path / "notebooks"
+    workdir.mkdir()
+    from nbclient import NotebookClient
+
+    env = {"JUPYTER_PATH": str(tmp_path / "share" / "jupyter"), "TFM_LESSON_SOURCE": str(source),
+           "TFM_DEVICE": "cpu"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        NotebookClient(nb, timeout=900, kernel_name="colab", resources={"metadata": {"path": str(workdir)}}).execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    errors = [(c.source[:60], o.get("evalue")) for c in nb.cells if c.cell_type == "code"
+              for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    last = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert f"PYTHON {python}" in last, last
+    assert f"FROM {site}" in last, f"tfm_lesson was not installed into the fresh environment: {last}"
+    assert not (ROOT / "build").exists() or (ROOT / "build").stat().st_mtime < tmp_path.stat().st_mtime
