@@ -312,9 +312,9 @@ print(hint_of(lambda: check_attention(attention_minus_1e9)))
 # %% [markdown]
 # ### Mistake 6 · mask polarity flipped between SDPA and `nn.MultiheadAttention`
 #
-# PyTorch has two conventions. `F.scaled_dot_product_attention` (and `tfm_lesson`) read a boolean mask as
-# **True = may attend**; `nn.MultiheadAttention`'s `attn_mask` and `key_padding_mask` read it as
-# **True = blocked**. Code moved from one to the other without flipping the mask attends to exactly the
+# PyTorch has two conventions. `F.scaled_dot_product_attention` (SDPA for short) and `tfm_lesson` read a
+# boolean mask as **True = may attend**; `nn.MultiheadAttention`'s `attn_mask` and `key_padding_mask` read it
+# as **True = blocked**. Code moved from one to the other without flipping the mask attends to exactly the
 # tokens it should ignore: the padding.
 
 # %%
