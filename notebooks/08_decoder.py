@@ -361,8 +361,8 @@ check_target_mask(target_mask)
 # Write `MyDecoderLayer(d_model, heads, d_ff, dropout=0.1, norm_first=False)` from tfm_lesson's parts:
 # two `T.MultiHeadAttention(d_model, heads, dropout)` called `self_attn` and `cross_attn`, a
 # `T.PositionwiseFeedForward(d_model, d_ff, dropout)` called `feed_forward`, three `T.LayerNorm(d_model)`
-# called `norm1`, `norm2`, `norm3`, and three `nn.Dropout(dropout)` for the sub-layers' outputs (the checker
-# loads tfm_lesson's weights by these names). Then
+# called `norm1`, `norm2`, `norm3` (the checker loads tfm_lesson's weights by these names), and three
+# `nn.Dropout(dropout)` for the sub-layers' outputs (dropout has no weights: name them as you like). Then
 # `forward(self, x, memory, tgt_mask=None, memory_mask=None)`: masked self-attention, cross-attention
 # (which argument is the query?), feed-forward; post-norm unless `norm_first` (the two sets of equations
 # above). `T.MultiHeadAttention` returns `(output, weights)`: take `[0]`. The checker uses a source longer
