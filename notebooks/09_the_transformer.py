@@ -292,8 +292,8 @@ print(trace)
 #
 # Table 3 of the paper lists the base model ($N = 6$, $d_\text{model} = 512$, $d_{ff} = 2048$, $h = 8$) at
 # $65 \times 10^6$ parameters. `T.TransformerConfig()` defaults to exactly that model with a shared vocabulary
-# of 37,000 tokens (the paper's "about 37000" byte-pair tokens for English–German). Building it takes a
-# second and 250 MB; we count and let it go.
+# of 37,000 tokens (the paper's "about 37000" byte-pair tokens for English–German). Building it needs about
+# 250 MB of memory (63 million float32 numbers of 4 bytes each); we count and let it go.
 
 # %%
 # NBVAL_CHECK_OUTPUT
