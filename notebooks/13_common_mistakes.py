@@ -33,7 +33,7 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # **What you will learn**
 #
 # - why these bugs hide: most of them keep every shape right, and many only show on a corner case
-#   (a fully masked row, float16, a batch size different from the sequence length);
+#   (a fully masked row, float16, a query length different from the number of heads);
 # - fifteen classic mistakes, each with its smallest reproduction, its symptom and the checker whose hint
 #   names it;
 # - one of them (a causal mask off by one) trained for a few hundred steps next to the correct model: the
@@ -990,8 +990,9 @@ tfm_lesson.quiz.show("13")
 #   mask off by one lets the decoder read the answer. (A slightly lower final loss alone proves nothing.)
 # - The checkers of `tfm_lesson.checks` each run the classic wrong versions on the same weights and name the
 #   one you wrote; the table below lists which checker catches which mistake.
-# - The good designs of those classic implementations (learned positions, fused QKV, separate projections with split/merge, masks from
-#   pad ids, pre-norm with log-probabilities) are options of `tfm_lesson` or proven equal to it.
+# - The good designs of those classic implementations (learned positions, fused QKV, separate projections
+#   with split/merge, masks from pad ids, pre-norm with log-probabilities) are options of `tfm_lesson` or
+#   proven equal to it.
 #
 # **Mistake → symptom → checker**
 #
