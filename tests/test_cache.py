@@ -251,3 +251,18 @@ def test_decoding_errors():
         memory = model.encode(src)
         model.decode(torch.full((6, 62), 3), memory, cache=cache)
         model.decode(torch.full((6, 4), 3), memory, cache=cache)
+
+
+# --- the bench section ----------------------------------------------------------------------------------------------
+def test_bench_generation_quick():
+    from tfm_lesson.bench import bench_generation, generation_step_times
+
+    result = bench_generation(torch.device("cpu"), quick=True)
+    assert result["same_tokens"] is True and result["new_tokens"] == 64
+    assert set(result["tokens_per_s"]["cached"]) == {32} and len(result["ms_per_token"]["uncached"]) == 64
+    assert all(v > 0 for v in result["tokens_per_s"]["uncached"].values())
+    gpt = T.GPT(vocab_size=20, context=16, d_model=16, heads=2, d_ff=32, num_layers=1)
+    gpt.train()
+    times, out = generation_step_times(gpt, torch.zeros(2, 3, dtype=torch.long), 5, use_cache=True)
+    assert len(times) == 5 and out.shape == (2, 8) and gpt.training
+    assert torch.equal(out, gpt.generate(torch.zeros(2, 3, dtype=torch.long), 5, temperature=0))
