@@ -213,3 +213,24 @@ def test_fold_folds_solutions_only_and_is_idempotent(tree, capsys):
     student = course.student_copy(folded)
     assert not any(course.is_folded(c) for c in student.cells)
     assert course.restore(student, folded) == folded
+
+
+def test_setup_cell_update_keeps_the_pair_in_sync(tree, capsys):
+    """Chapters written with the earlier set-up cell get the current one, in the .ipynb and the .py alike."""
+    import jupytext
+
+    path, script = _chapter(tree), _chapter(tree).with_suffix(".py")
+    legacy = course.LEGACY_SETUP_CELLS[0]
+    text = CHAPTER.with_suffix(".py").read_text()
+    script.write_text(text.replace(course.SETUP_CELL.strip(), legacy.strip()))  # the earlier wording, as before
+    nb = nbformat.read(path, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert course.is_setup_cell(first.source)
+    first.source = legacy
+    course.write_notebook(nb, path)
+    assert legacy.strip() in script.read_text()
+    assert course.main(["setup-cell", str(path)]) == 0 and "updated" in capsys.readouterr().out
+    nb = nbformat.read(path, as_version=4)
+    assert next(c for c in nb.cells if c.cell_type == "code").source == course.SETUP_CELL
+    assert [c.source.strip() for c in jupytext.read(script).cells] == [c.source.strip() for c in nb.cells]
+    assert course.main(["setup-cell", str(path)]) == 0 and "already current" in capsys.readouterr().out

@@ -4,6 +4,7 @@
     python -m tfm_lesson.course student notebooks/03_*.ipynb       # student copies (no solutions) in student/
     python -m tfm_lesson.course restore student/03_*.ipynb         # put the solutions back (from notebooks/)
     python -m tfm_lesson.course fold notebooks/*.ipynb             # fold solution cells (metadata only)
+    python -m tfm_lesson.course setup-cell notebooks/*.ipynb       # the current set-up cell, in .ipynb and .py
     python -m tfm_lesson.course book                               # build the Jupyter Book in book/_build/html
     python -m tfm_lesson.course colab-links                        # one "Open in Colab" link per chapter
 """
@@ -377,6 +378,39 @@ def restore_files(paths: list[Path], originals: Path) -> None:
         print(f"{path}: solutions restored from {source}{note}", flush=True)
 
 
+def update_setup_cell(path: Path) -> bool:
+    """Replace an earlier wording of the set-up cell with :data:`SETUP_CELL` in chapter ``path`` and in its
+    paired ``.py`` (same text, so the pair stays in sync); True when something changed. Idempotent."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    first = next((c for c in nb.cells if c.cell_type == "code"), None)
+    if first is None or first.source.strip() == SETUP_CELL.strip() or not is_setup_cell(first.source):
+        return False
+    old = first.source.strip()
+    script = Path(path).with_suffix(".py")
+    if script.exists():
+        text = script.read_text()
+        if text.count(old) != 1:
+            raise CourseError(f"{script}: the set-up cell is not there as in {path}: sync the pair first")
+        _write_text_atomic(script, text.replace(old, SETUP_CELL.strip()))
+    first.source = SETUP_CELL
+    write_notebook(nb, path)
+    return True
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 # the book ------------------------------------------------------------------------------------------------------------
 def book_page(nb: Any) -> Any:
     """A chapter as the book shows it: solution cells collapsed behind a toggle (``hide-input``), the set-up
@@ -445,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     rs.add_argument("--from", dest="originals", type=Path, default=Path("notebooks"))
     fd = sub.add_parser("fold", help="fold the solution cells of notebooks, in place (metadata only)")
     fd.add_argument("notebooks", nargs="+", type=Path)
+    su = sub.add_parser("setup-cell", help="bring each chapter's set-up cell (and its .py pair) up to date")
+    su.add_argument("notebooks", nargs="+", type=Path)
     bk = sub.add_parser("book", help="build the Jupyter Book into book/_build/html")
     bk.add_argument("--book", type=Path, default=Path("book"))
     links = sub.add_parser("colab-links", help="print an Open-in-Colab link per chapter")
@@ -459,10 +495,13 @@ def main(argv: list[str] | None = None) -> int:
             restore_files(args.notebooks, args.originals)
         elif args.command == "fold":
             fold_files(args.notebooks)
+        elif args.command == "setup-cell":
+            for path in args.notebooks:
+                print(f"{path}: set-up cell {'updated' if update_setup_cell(path) else 'already current'}")
     except CourseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.command in ("execute", "student", "restore", "fold"):
+    if args.command in ("execute", "student", "restore", "fold", "setup-cell"):
         return 0
     if args.command == "book":
         return build_book(args.book)
