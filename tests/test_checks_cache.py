@@ -161,3 +161,13 @@ def test_cross_attention_recomputed_every_step():
 def test_cross_attention_plain_call_recomputes():
     with pytest.raises(Mistake, match="projected again at every step"):
         check_cross_attention_step(lambda mha, x, memory, store: mha(x, memory, memory)[0])
+
+
+@pytest.mark.parametrize("checker", [check_cached_attention, check_cache_memory, check_forward_with_cache,
+                                     check_cross_attention_step])
+def test_an_unwritten_stub_is_named(checker):
+    def stub(*args):
+        ...  # your turn
+
+    with pytest.raises(Mistake, match="returned None: not written yet"):
+        checker(stub)

@@ -72,6 +72,7 @@ def check_cached_attention(fn: Callable) -> None:
                 f"[batch={batch}, heads={heads}, cached={cached}, new={new}, d_k={d_k}]")
         result = call(fn, q.clone(), k_new.clone(), v_new.clone(), k_cache.clone(), v_cache.clone(), what=what,
                       explain=_axis_hint)
+        expect(result is not None, "your code returned None: not written yet, or did you forget a `return`?")
         expect(isinstance(result, (tuple, list)) and len(result) == 3,
                f"{what} must return three tensors (out, k_all, v_all), got {type(result).__name__}")
         out, got_k, got_v = (output_of(r) for r in result)
@@ -116,6 +117,7 @@ def check_cache_memory(fn: Callable) -> None:
         want = 2 * layers * batch * heads * d_k * length * size
         what = f"your function(num_layers={layers}, heads={heads}, d_k={d_k}, length={length}, batch={batch}, {dtype})"
         got = call(fn, layers, heads, d_k, length, batch, dtype, what=what)
+        expect(got is not None, "your code returned None: not written yet, or did you forget a `return`?")
         if isinstance(got, Tensor) and got.numel() == 1:
             got = got.item()
         expect(isinstance(got, (int, float)) and not isinstance(got, bool),
