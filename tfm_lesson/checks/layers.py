@@ -52,7 +52,10 @@ def _run(fn: Callable, *args: Any, what: str) -> Any:
 
 def _build(cls: type, what: str, *args: Any, **kwargs: Any) -> nn.Module:
     try:
-        module = cls(*args, **kwargs)
+        with time_limit(None, what=f"your {what}(...)"):
+            module = cls(*args, **kwargs)
+    except Mistake:
+        raise
     except Exception as exc:
         sig = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
         raise Mistake(f"{what}({sig}) raised {type(exc).__name__}: {exc}. Keep the constructor signature of "
@@ -207,11 +210,12 @@ def check_encoder_layer(cls: type) -> None:
     learner = _build(cls, "EncoderLayer", 16, 2, 32, dropout=0.5, norm_first=False)
     x = torch.randn(2, 5, 16)
     learner.eval()
-    expect(close(output_of(learner(x)), output_of(learner(x))),
+    run = lambda: output_of(_run(learner, x, what="your EncoderLayer"))  # noqa: E731
+    expect(close(run(), run()),
            "in eval mode your layer gives different outputs for the same input: use nn.Dropout modules "
            "(they switch off in eval), not F.dropout(..., training=True)")
     learner.train()
-    expect(not close(output_of(learner(x)), output_of(learner(x))),
+    expect(not close(run(), run()),
            "in training mode with dropout=0.5 your layer gives the same output twice: is the dropout probability "
            "passed on and dropout applied to each sub-layer's output?")
     passed("check_encoder_layer", "post-norm and pre-norm, float32 and float64, with padding masks: outputs, "
