@@ -234,3 +234,19 @@ def test_setup_cell_update_keeps_the_pair_in_sync(tree, capsys):
     assert next(c for c in nb.cells if c.cell_type == "code").source == course.SETUP_CELL
     assert [c.source.strip() for c in jupytext.read(script).cells] == [c.source.strip() for c in nb.cells]
     assert course.main(["setup-cell", str(path)]) == 0 and "already current" in capsys.readouterr().out
+
+
+def test_execute_folds_the_solutions_it_runs(tmp_path):
+    """Every re-executed chapter comes out folded, the new solution cells included."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("### Exercise 1: add"),
+                                         nbformat.v4.new_code_cell("def add(a, b):\n    ...", metadata={}),
+                                         nbformat.v4.new_code_cell("def add(a, b):\n    return a + b",
+                                                                   metadata={"tags": ["solution"]}),
+                                         nbformat.v4.new_code_cell("print(add(1, 2))")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "99_demo.ipynb"
+    nbformat.write(nb, path)
+    course.execute([path], timeout=300)
+    done = nbformat.read(path, as_version=4)
+    assert course.is_folded(done.cells[2]) and not course.is_folded(done.cells[1])
+    assert done.cells[3].outputs[0]["text"] == "3\n"
