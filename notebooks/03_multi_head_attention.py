@@ -207,6 +207,7 @@ print("output:", tuple(out_loop.shape))
 # `(batch, heads, q_len, k_len)`.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 q_all = mha.w_q(x)  # (batch, len, d_model)
 q_split = q_all.view(batch, length, heads, d_k).transpose(1, 2)  # (batch, heads, len, d_k)
 print("projected:", tuple(q_all.shape), "-> split:", tuple(q_split.shape))

@@ -202,6 +202,7 @@ print("trainable parameters:", sum(p.numel() for p in pe.parameters()), " buffer
 # of its tokens, and no token gets its own position. Nothing crashes: the shapes still broadcast.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 table3 = pe.pe[:, None, :]  # (max_len, 1, d_model), the seq-first layout
 wrong = x + table3[: x.size(0)]  # BUG on purpose: x.size(0) is batch=3 here, not seq_len=10
 print("shape:", tuple(wrong.shape), f" largest error: {(wrong - y).abs().max().item():.2f}")

@@ -542,7 +542,6 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 # \lVert y_{\text{before}}\rVert$.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 def run_stack(stack, h):
     for layer in stack.layers:
         h = layer(h)                                   # (batch, seq_len, d_model)
@@ -572,6 +571,8 @@ def output_change_after_one_step(num_layers: int, norm_first: bool, lr: float) -
 x_step = x[:2]                                                                  # (2, 16, d_model): half the batch
 readout = torch.randn(x_step.shape, generator=torch.Generator().manual_seed(1)).to(device)  # (2, 16, d_model)
 
+# %%
+# NBVAL_CHECK_OUTPUT
 # first, the claim about Adam, on a 2-layer stack: torch.optim.Adam's first step == our sign step
 a, b = encoder_stack(2, False).to(device), encoder_stack(2, False).to(device)
 opt = torch.optim.Adam(a.parameters(), lr=1e-3)
@@ -581,6 +582,7 @@ adam_first_step(b, 1e-3)
 print("torch.optim.Adam's first step == lr * g / (|g| + eps):",
       all(torch.allclose(p, q, atol=1e-7) for p, q in zip(a.parameters(), b.parameters())))
 
+# %%
 depths = [2, 4, 8, 16]
 change = {name: [output_change_after_one_step(n, norm_first, 1e-3) for n in depths]
           for name, norm_first in (("post-norm (paper)", False), ("pre-norm", True))}
@@ -601,7 +603,8 @@ for name, values in change.items():
 # times smaller, and for small steps the change shrinks in proportion (try
 # `output_change_after_one_step(16, False, 1e-3 / 4000)`): the output barely moves while Adam's statistics
 # settle.
-#
+
+# %% [markdown]
 # **Why this means warm-up for post-norm.** Adam's step is about the learning rate per parameter
 # whatever the gradient's size, so what decides stability is how much the *output* moves when every
 # parameter moves by that much. In post-norm each layer's update changes a stream that is renormalised
@@ -613,12 +616,14 @@ for name, values in change.items():
 # noisy gradient, settle. In pre-norm each update is one more term added to a large, unnormalised stream;
 # the output is less sensitive, gradients are smaller and more even, and deep pre-norm stacks train without
 # warm-up (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", who also show that
-# post-norm's gradients near the output do not shrink with depth while pre-norm's do). The price of
-# pre-norm: later layers' contributions shrink relative to the growing stream, and when post-norm does
+# post-norm's gradients near the output do not shrink with depth while pre-norm's do).
+#
+# The price of pre-norm: later layers' contributions shrink relative to the growing stream, and when post-norm does
 # train (as the paper's 6-layer model does, with warm-up) it is often found slightly better. Hence the
 # common practice: pre-norm for deep stacks and simple recipes, post-norm with warm-up when following the
 # paper.
-#
+
+# %% [markdown]
 # **Honest scale.** All of this was measured on small stacks ($d_{\text{model}} = 32$), at initialisation
 # and after one step, in seconds on a CPU. The differences are moderate here (a factor 1.4–2.2 in
 # parameter gradients, 0.79 against 0.46 after one step at 16 layers) and grow with depth, as the
