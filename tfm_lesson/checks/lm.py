@@ -244,7 +244,8 @@ def check_next_token_windows(fn: Callable) -> None:
         result = call(fn, ids.clone(), starts.clone(), context, what=f"your function (starts={starts.tolist()}, "
                                                                       f"context={context})")
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise Mistake(f"return a pair (x, y) of tensors, got {type(result).__name__}")
+            hint = "; did you forget a `return`?" if result is None else ""
+            raise Mistake(f"return a pair (x, y) of tensors, got {type(result).__name__}{hint}")
         x, y = result
         expect(isinstance(x, Tensor) and isinstance(y, Tensor), "x and y must be tensors")
         batch = starts.numel()
