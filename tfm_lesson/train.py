@@ -42,9 +42,9 @@ RECIPES: dict[str, dict] = {
     "sort": dict(_TOY),
     "numbers": dict(_TOY, steps=1200),
     "sentences": dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1, batch_size=64, warmup=200,
-                      peak_lr=2e-3, steps=3000, beam=4),
+                      peak_lr=2e-3, steps=500, beam=4),
     "tsv": dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1, batch_size=64, warmup=200, peak_lr=2e-3,
-                steps=3000, beam=4),
+                steps=1000, beam=4),
 }
 RECIPE_KEYS = ("d_model", "heads", "layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "beam")
 # What defines a run: a resumed run keeps these (a different value on the command line is refused).
@@ -153,13 +153,13 @@ def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
             if key in given and key != "tsv" and given[key] != saved.get(key):
                 p.error(f"--{key.replace('_', '-')} {given[key]} differs from the run being resumed "
                         f"({saved.get(key)}); a resumed run keeps its settings")
-        if "tsv" in given and str(given["tsv"]) != saved.get("tsv"):
+        if "tsv" in given and str(given["tsv"].resolve()) != saved.get("tsv"):
             p.error(f"--tsv {given['tsv']} differs from the run being resumed ({saved.get('tsv')})")
     elif args.task is None and args.tsv is None:
         p.error("give --task or --tsv (what to train on), or --resume CHECKPOINT")
     task = saved.get("task", args.task)
     recipe = RECIPES[task if task else "tsv"]
-    run = {"task": task, "tsv": saved.get("tsv", str(args.tsv) if args.tsv else None)}
+    run = {"task": task, "tsv": saved.get("tsv", str(args.tsv.resolve()) if args.tsv else None)}
     defaults = dict(tokenizer="words", lower=False, max_pairs=None, max_len=512, seed=0, smoothing=0.1, clip=1.0,
                     amp=True)
     for key in RUN_KEYS[2:]:
