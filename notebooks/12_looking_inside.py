@@ -169,6 +169,7 @@ def query_entropy(weights, mask):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_query_entropy(query_entropy)
 
 # %% [markdown]
@@ -263,6 +264,7 @@ def heads_off(attention, heads):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_heads_off(heads_off)
 
 # %%
@@ -367,6 +369,7 @@ def rank_correlation(x, y):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_rank_correlation(rank_correlation)
 
 # %%
