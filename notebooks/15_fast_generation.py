@@ -153,7 +153,7 @@ with torch.no_grad():
 # %%
 # NBVAL_CHECK_OUTPUT
 print("cache shape after 6 steps:", tuple(k_cache.shape))
-print("step by step with a cache == one causal pass:", torch.allclose(by_step.cpu(), full.cpu(), atol=1e-6))
+print("step by step with a cache == one causal pass:", torch.allclose(by_step.cpu(), full.cpu(), atol=1e-5))
 
 # %% [markdown]
 # ### The package's cache
@@ -171,7 +171,7 @@ with torch.no_grad():
     steps = [mha(x[:, t: t + 1], x[:, t: t + 1], x[:, t: t + 1], cache=cache)[0] for t in range(6)]
 print(cache)
 print("T.MultiHeadAttention with a KVCache == one causal pass:",
-      torch.allclose(torch.cat(steps, dim=1).cpu(), full.cpu(), atol=1e-6))
+      torch.allclose(torch.cat(steps, dim=1).cpu(), full.cpu(), atol=1e-5))
 
 # %% [markdown]
 # ### A GPT with a cache
