@@ -132,8 +132,8 @@ print(f"parameters: decoder layer {sum(parts(decoder_layer).values()):,}, GPT bl
 # %% [markdown]
 # What goes: the cross-attention, with its layer norm and dropout. What stays: masked self-attention and the
 # feed-forward network, each with its residual connection (the feed-forward's norm and dropout are number 3 in
-# the decoder layer and number 2 in the block, since there is one sub-layer fewer). GPT-2 uses pre-norm (chapter 05: the norm inside
-# the residual branch), so we compare with a pre-norm decoder layer.
+# the decoder layer and number 2 in the block, since there is one sub-layer fewer). GPT-2 uses pre-norm
+# (chapter 05: the norm inside the residual branch), so we compare with a pre-norm decoder layer.
 #
 # A proof that nothing else changes: give the decoder layer the GPT block's weights, and silence its
 # cross-attention by zeroing its output projection $W^O$. Then the decoder layer adds exactly zero for the
@@ -142,8 +142,8 @@ print(f"parameters: decoder layer {sum(parts(decoder_layer).values()):,}, GPT bl
 # %%
 # NBVAL_CHECK_OUTPUT
 torch.manual_seed(0)
-state = {k: v for k, v in block.state_dict().items()}
-state = {("norm3" + k[5:] if k.startswith("norm2") else k): v for k, v in state.items()}  # GPT norm2 = decoder norm3
+# the block's weights under the decoder layer's names: the block's norm2 is the decoder layer's norm3
+state = {("norm3" + k[5:] if k.startswith("norm2") else k): v for k, v in block.state_dict().items()}
 missing = decoder_layer.load_state_dict(state, strict=False).missing_keys
 print("decoder weights not taken from the GPT block:", sorted({k.split(".")[0] for k in missing}))
 with torch.no_grad():
@@ -168,7 +168,8 @@ print("decoder layer with silent cross-attention == GPT block:", same)
 
 # %%
 class MyGPTBlock(nn.Module):
-    """Pre-norm: x + attention(norm(x)), then x + feed_forward(norm(x))."""
+    """Pre-norm: x + attention(norm(x)), then x + feed_forward(norm(x)). No dropout: our GPT trains without it
+    (dropout=0.0 in its config), so the two compute the same numbers in training mode too."""
 
     def __init__(self, d_model, heads, d_ff):
         super().__init__()
