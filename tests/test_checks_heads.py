@@ -177,3 +177,20 @@ def test_checker_leaves_global_rng_alone():
     torch.manual_seed(0)
     check_multi_head_attention(LearnerMHA)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_multi_head_attention_runs_once_more_on_the_chapters_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU machine the checker runs the learner's module there too; the meta device stands in for it here."""
+    from tfm_lesson.checks import _harness
+
+    monkeypatch.setattr(_harness, "_chapter_device", lambda: torch.device("meta"))
+
+    class CpuMask(tfm_lesson.MultiHeadAttention):  # rebuilds the mask on the CPU: fine there, a crash on a GPU
+        def forward(self, query, key, value, mask=None):
+            if mask is not None:
+                mask = torch.ones(mask.shape, dtype=torch.bool) & mask.cpu()
+            return super().forward(query, key, value, mask)
+
+    check_multi_head_attention(tfm_lesson.MultiHeadAttention)
+    with pytest.raises(Mistake):
+        check_multi_head_attention(CpuMask)

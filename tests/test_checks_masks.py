@@ -116,14 +116,14 @@ def test_masked_softmax_ignored_mask_and_dtype() -> None:
 # --- decoder mask ---------------------------------------------------------------------------------------------
 def _decoder(tokens, pad_id, combine=lambda a, b: a & b, diagonal=0):
     pad = (tokens != pad_id)[:, None, None, :]  # (batch, 1, 1, t)
-    causal = torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril(diagonal)  # (t, t)
-    return combine(pad, causal)
+    causal = torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool, device=tokens.device).tril(diagonal)
+    return combine(pad, causal)  # (batch, 1, 1, t) with (t, t)
 
 
 def test_decoder_mask_reference_passes(capsys: pytest.CaptureFixture) -> None:
     check_decoder_mask(_decoder)
     check_decoder_mask(lambda t, p: tfm_lesson.combine_masks(tfm_lesson.padding_mask(t, p),
-                                                             tfm_lesson.causal_mask(t.size(1))))
+                                                             tfm_lesson.causal_mask(t.size(1), device=t.device)))
     assert "✔ check_decoder_mask passed" in capsys.readouterr().out
 
 
@@ -143,3 +143,11 @@ def test_decoder_mask_mistakes(fn, hint: str) -> None:
 def test_masked_softmax_stub_asks_for_weights_not_a_boolean_mask() -> None:
     with pytest.raises(Mistake, match=re.escape("expected a tensor of weights; did you forget a `return`")):
         check_masked_softmax(lambda scores, mask: None)
+
+
+def test_decoder_mask_built_on_the_cpu_is_named() -> None:
+    def cpu_triangle(tokens, pad_id):  # forgets device=: fine on a CPU, a crash next to a GPU model
+        causal = torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool).tril()
+        return (tokens != pad_id)[:, None, None, :] & causal
+    with pytest.raises(Mistake, match=re.escape("build new tensors on `tokens.device`")):
+        check_decoder_mask(cpu_triangle)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..masks import causal_mask, combine_masks, padding_mask
-from ._harness import Mistake, call, close, diagnose, expect, passed
+from ._harness import Mistake, call, check_device_placement, close, diagnose, expect, passed
 
 __all__ = ["check_padding_mask", "check_causal_mask", "check_masked_softmax", "check_decoder_mask"]
 
@@ -89,6 +89,8 @@ def check_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> None:
                           "with the pad_id argument, tokens != pad_id.")
         expect(torch.equal(seen, want), f"{what} differs from (tokens != pad_id)[:, None, None, :] at "
                                         f"{int((seen != want).sum())} places (after broadcasting)")
+    check_device_placement(fn, _tokens([3, 2], 3, 0, torch.Generator().manual_seed(1)), 0,
+                           what="your padding_mask(tokens, pad_id)", argument="tokens")
     passed("check_padding_mask", "(batch, 1, 1, k_len) booleans, True on real tokens, for several pad ids and lengths")
 
 
@@ -231,4 +233,7 @@ def check_decoder_mask(fn: Callable[[Tensor, int], Tensor]) -> None:
                 raise Mistake(hint)
         expect(torch.equal(seen, expected), f"{what} differs from padding_mask & causal_mask at "
                                             f"{int((seen != expected).sum())} places (after broadcasting)")
+    # a causal part built on the CPU would crash next to a model on the GPU: run it on another device once
+    check_device_placement(fn, _tokens([4, 2], 4, 0, g), 0, what="your decoder_mask(tokens, pad_id)",
+                           argument="tokens")
     passed("check_decoder_mask", "(batch, 1, t, t) = padding AND causal, for several pad ids and lengths")
