@@ -275,7 +275,8 @@ class LogProbGenerator(nn.Module):
 
 def seed_tgt_mask(tokens, pad_id):
     size = tokens.size(1)
-    return (tokens != pad_id)[:, None, None, :] & torch.ones(size, size, dtype=torch.bool).tril()
+    causal = torch.ones(size, size, dtype=torch.bool, device=tokens.device).tril()  # on the ids' device
+    return (tokens != pad_id)[:, None, None, :] & causal
 
 
 def test_learned_positions():
