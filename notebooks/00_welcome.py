@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -jupyter
 #     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
@@ -182,7 +183,7 @@ print("same numbers after re-seeding:", torch.equal(a, b))
 #   a sentence of `n` tokens costs `n` steps in a row. Attention computes all `n × n` scores with one matrix
 #   product, which a GPU does in parallel. That is what made training faster.
 # - **Path length.** For token 1 to influence token 50, a recurrent network must carry the information through
-#   49 state updates, and it fades on the way. In attention every token looks at every other token directly:
+#   49 state updates, and it tends to fade on the way. In attention every token looks at every other token directly:
 #   one step. Short paths make long-range relations (a verb and its distant subject) easier to learn.
 # - **Work per layer.** Attention does about $n^2 d$ multiplications, a recurrent layer about $n d^2$. So
 #   attention is cheaper whenever a sentence has fewer tokens than each vector has numbers ($n < d$), which is
@@ -349,8 +350,12 @@ print("reshape without the transpose gives h back:", torch.equal(wrong_merge, h)
 # `tfm_lesson.shapes.trace_shapes(model, *inputs, max_depth=2)` runs one forward pass with hooks on every
 # submodule and lists, in the order they ran, each submodule's name, class, and the shapes that went in and came
 # out (integer tensors show their dtype, masks show `bool`). Below: a tiny Transformer translating a batch of 2
-# sentences of 7 source tokens into 5 target tokens. You can already read the whole story of the course in the
-# shapes: token ids `(2, 7)` become vectors `(2, 7, 16)`, the encoder keeps that shape through every layer, the
+# sentences of 7 source tokens into 5 target tokens. It has two halves: an **encoder** that reads the source
+# sentence, and a **decoder** that writes the translation while looking at the encoder's output; an
+# **embedding** table turns token ids into vectors at the bottom, and a final linear layer, the **generator**,
+# turns vectors back into scores for every word of the vocabulary at the top. You can already read the whole
+# story of the course in the shapes: token ids `(2, 7)` become vectors `(2, 7, 16)`, the encoder keeps that
+# shape through every layer, the
 # masks are `(2, 1, 1, 7)` for padding and `(2, 1, 5, 5)` for the decoder's causal mask, and the generator turns
 # each target position into one score per vocabulary entry, `(2, 5, 20)`. (`src_embed` runs twice: source and
 # target share one embedding table, as in the paper; chapter 09 explains.)

@@ -39,9 +39,9 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # - the shapes at each step, for one sentence and for `(batch, heads)` at once;
 # - a slow per-query loop, then the vectorised version, equal to `tfm_lesson.scaled_dot_product_attention` and
 #   `torch.nn.functional.scaled_dot_product_attention`;
-# - **why $\sqrt{d_k}$**: we measure that dot products of $d_k$-dimensional vectors have variance $d_k$, and
-#   watch an unscaled softmax saturate (one weight near 1, gradients near 0), and why the paper chose dot
-#   products over *additive* attention;
+# - why the paper chose dot products over *additive* attention, and **why $\sqrt{d_k}$**: we measure that dot
+#   products of $d_k$-dimensional vectors have variance $d_k$, and watch an unscaled softmax saturate (one
+#   weight near 1, gradients near 0);
 # - how to choose queries and keys by hand so that attention becomes an exact lookup;
 # - how to read an attention map, and how the scale works as a *temperature*.
 
@@ -346,7 +346,8 @@ check_attention_scores(attention_scores)
 # Hints: give key `j` its own direction, for instance row `j` of `torch.eye(k_len, d_k)`; then row `i` of `Q`
 # must point in the direction of key `targets[i]`. One key winning is not enough: after the division by
 # $\sqrt{d_k}$ its score must beat the others by a margin of several units, or the softmax still spreads the
-# weight. Notice that `Q` and `K` must differ here: with $Q = K$ every token's best match is itself.
+# weight. Notice that `Q` and `K` must differ here: with $Q = K$ (and keys of equal length) every token's best
+# match is itself.
 
 # %%
 def retrieval_qk(targets: list[int], k_len: int, d_k: int) -> tuple[torch.Tensor, torch.Tensor]:

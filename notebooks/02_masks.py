@@ -27,8 +27,9 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # Attention lets every query look at every key. Twice in the Transformer that is wrong: a batch is padded with
 # filler tokens that are not part of any sentence, and a decoder that learns to predict the next word must not
 # peek at it. Both are handled the same way, by a **mask** that removes keys before the softmax. This chapter
-# builds both masks, makes them broadcast to every head and every query, and looks hard at the corner cases
-# where from-scratch implementations go wrong: a query that may see *nothing*, and half precision.
+# builds both masks and makes them broadcast to every head and every query. An optional part then looks at the
+# corner cases where from-scratch implementations go wrong: a query that may see *nothing*, and half-precision
+# numbers.
 #
 # **What you will learn**
 #
@@ -39,7 +40,7 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # - proofs that masking works: padded keys get weight exactly 0, and changing them (or the future) changes
 #   nothing;
 # - why masking after the softmax and renormalising gives the same weights as masking before;
-# - in an optional part at the end: what a fully masked row does with $-\infty$ (NaN, shown), how `tfm_lesson`
+# - in an optional part before the exercises: what a fully masked row does with $-\infty$ (NaN, shown), how `tfm_lesson`
 #   returns zeros instead, why the popular $-10^9$ overflows `float16` (shown), and how `nn.MultiheadAttention`'s
 #   opposite convention goes wrong.
 
@@ -64,7 +65,8 @@ device = tfm_lesson.default_device()
 # **Padding.** To run sentences of different lengths as one tensor, the short ones are filled up to the longest
 # with a `<pad>` token (id 0 in this course). Pad tokens are not words: if real tokens attend to them, the
 # output of a sentence depends on how long the *other* sentences in its batch are. We hide padding as a **key**:
-# no query may look at it. (Padding queries still produce outputs, which the loss later ignores.)
+# no query may look at it. (Padding queries still produce outputs; the training loss of chapter 10 ignores
+# them.)
 #
 # **Causality.** A decoder is trained to predict token $t+1$ from tokens $1..t$. In training, all positions of
 # the target are processed at once, so position $t$ *could* attend to position $t+1$ — the very token it must
@@ -94,7 +96,7 @@ device = tfm_lesson.default_device()
 #
 # **Polarity.** `tfm_lesson` and `F.scaled_dot_product_attention` use True = *may attend*.
 # `nn.MultiheadAttention`'s `attn_mask` and `key_padding_mask` use True = *blocked* (not allowed). Neither is
-# wrong; mixing them is the classic bug (the optional part at the end shows it).
+# wrong; mixing them is the classic bug (the optional part before the exercises shows it).
 
 # %% [markdown]
 # ## Build it: the padding mask
@@ -253,7 +255,7 @@ widgets.mask_explorer(lengths=(6, 4), causal=True)
 # %% [markdown]
 # ## Going deeper (optional): three corner cases
 #
-# Everything above is what a working Transformer needs. This part looks at three places where from-scratch
+# Everything above is what the next chapters need. This part looks at three places where from-scratch
 # implementations go wrong: a mask with the opposite convention, a query that may see nothing at all, and
 # half-precision numbers. Exercise 3 below uses the second; chapter 03 reuses its answer.
 
