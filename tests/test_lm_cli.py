@@ -90,7 +90,9 @@ def test_generate_rejects_a_missing_or_foreign_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("flags, words", [
     (["--vocab-size", "100"], "--vocab-size must be at least 256"), (["--context", "1"], "--context must be"),
-    (["--heads", "3"], "divisible by --heads"), (["--steps", "0"], "--steps must be >= 1")])
+    (["--heads", "3"], "divisible by --heads"), (["--steps", "0"], "--steps must be >= 1"),
+    (["--device", "nonsense"], "--device"), (["--warmup", "-1"], "--warmup must be >= 0"),
+    (["--resume", "x.pt"], "--resume is for translation runs")])
 def test_train_lm_usage_errors(tmp_path, flags, words, capsys):
     from tfm_lesson.train import main
 
@@ -117,3 +119,16 @@ def test_train_task_lm_on_the_shipped_corpus(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["corpus"] == "sentences (English)" and result["train_tokens"] > 400_000
     assert (tmp_path / "lm.pt").is_file()
+
+
+def test_an_existing_run_is_kept_unless_overwrite(own_text_run, capsys):
+    from tfm_lesson.train import main
+
+    root, _ = own_text_run
+    saved = (root / "out" / "lm.pt").read_bytes()
+    args = ["--text", str(root / "mine.txt"), *TINY, "--steps", "3", "--out", str(root / "out")]
+    code, _, err = call(main, args, capsys)
+    assert code == 2 and "already holds a run" in err and "--overwrite" in err
+    assert (root / "out" / "lm.pt").read_bytes() == saved
+    code, out, _ = call(main, [*args, "--overwrite"], capsys)
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["steps"] == 3

@@ -339,6 +339,18 @@ def main_lm(args, parser=None) -> int:
     peak_lr = flag("peak_lr")
     if not (peak_lr > 0 and math.isfinite(peak_lr)):
         usage_error(f"--peak-lr must be a positive number, got {peak_lr}")
+    warmup = getattr(args, "warmup", None)
+    if warmup is not None and warmup < 0:
+        usage_error(f"--warmup must be >= 0, got {warmup}")
+    try:
+        device = torch.device(args.device) if getattr(args, "device", None) else default_device()
+    except RuntimeError as exc:
+        usage_error(f"--device: {exc}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        usage_error(f"--device {args.device}: CUDA is not available on this machine")
+    out = getattr(args, "out", None) or Path("runs/lm")
+    if (out / "lm.pt").exists() and not getattr(args, "overwrite", False):
+        usage_error(f"{out / 'lm.pt'} already holds a run: pass --overwrite to replace it, or choose another --out")
     text_file = getattr(args, "text", None)
     try:
         corpus = load_corpus(path=text_file)
@@ -358,11 +370,13 @@ def main_lm(args, parser=None) -> int:
     print(f"model: d_model={d_model} heads={heads} layers={layers} d_ff={d_ff} context={context} "
           f"parameters={sum(p.numel() for p in model.parameters())}", flush=True)
     steps = args.steps if args.steps is not None or args.minutes is not None else LM_DEFAULTS["steps"]
-    device = torch.device(args.device) if getattr(args, "device", None) else default_device()
+    # --warmup counts steps; train_lm takes the fraction of the run (5% unless told)
+    warmup_fraction = 0.05 if warmup is None or not steps else min(0.5, warmup / steps)
     model.to(device)
     before = complete(model, data.tokenizer, "", max_new_tokens=min(30, context - 1), temperature=1.0, seed=seed)
     quiet = getattr(args, "no_progress", False)
     history = train_lm(model, data, steps=steps, minutes=args.minutes, batch_size=batch_size, lr=peak_lr,
+                       warmup=warmup_fraction,
                        eval_every=getattr(args, "eval_every", None), device=device, seed=seed,
                        log=None if quiet else (lambda m: print(m, flush=True)))
     valid_ppl = perplexity(model, data.valid)
@@ -371,7 +385,6 @@ def main_lm(args, parser=None) -> int:
                      seed=seed)
     print(f"sample at step 0: {before!r}", flush=True)
     print(f"sample after training: {after!r}", flush=True)
-    out = getattr(args, "out", None) or Path("runs/lm")
     path = save_lm(out / "lm.pt", model, data.tokenizer,
                    extra={"corpus": corpus.name, "steps": len(history["step"]), "seconds": history["seconds"][-1],
                           "valid_perplexity": valid_ppl, "unigram_perplexity": baseline})
