@@ -315,7 +315,7 @@ viz.plot_bars(budget, title="One base encoder layer: the FFN holds two thirds of
 #
 # A decoder layer (chapter 08) has a second attention, cross-attention, of the same size as the first, and
 # a third norm: its FFN holds the same 2.1 M parameters, but that is only half of the layer's 4.2 M (the
-# cell above prints 49.9%).
+# budget cell above the figure prints 49.9%).
 #
 # ## Play with it
 #

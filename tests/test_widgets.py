@@ -62,6 +62,7 @@ BUILDERS = {
     "positional_explorer": widgets.positional_explorer,
     "attention_explorer": _attention_explorer,
     "translate_widget": lambda: widgets.translate_widget(_translate, "the cat sat"),
+    "budget_explorer": widgets.budget_explorer,
 }
 
 
