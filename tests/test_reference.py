@@ -17,7 +17,7 @@ def _per_step(windows, every):
     return {"step": list(range(1, len(losses) + 1)), "loss": losses}
 
 
-@pytest.mark.parametrize("task", ["reverse", "numbers"])
+@pytest.mark.parametrize("task", ["reverse", "numbers", "sentences"])
 def test_shipped_references_are_small_and_complete(task):
     ref = load_reference(task)
     assert len(ref["runs"]) >= 3 and len({r["seed"] for r in ref["runs"]}) == len(ref["runs"])
@@ -34,7 +34,7 @@ def test_reexported_from_training():
     assert from_training is compare_to_reference
 
 
-@pytest.mark.parametrize("task", ["reverse", "numbers"])
+@pytest.mark.parametrize("task", ["reverse", "sentences"])
 def test_a_reference_run_is_normal(task):
     ref = load_reference(task)
     for run in ref["runs"]:
@@ -73,10 +73,10 @@ def test_leak_is_named():
 
 
 def test_slow_run_is_named():
-    ref = load_reference("numbers")
+    ref = load_reference("sentences")
     hi = [max(col) for col in zip(*(r["loss"] for r in ref["runs"]))]
     history = _per_step([1.5 * x + 0.3 for x in hi], ref["every"])
-    verdict = compare_to_reference(history, "numbers", plot=False)
+    verdict = compare_to_reference(history, "sentences", plot=False)
     assert not verdict.normal and "above the band" in verdict.message and "peak_lr" in verdict.message
 
 
