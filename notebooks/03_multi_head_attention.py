@@ -60,7 +60,8 @@ device = tfm_lesson.default_device()
 # %% [markdown]
 # ## One head first: why queries and keys get their own projections
 #
-# In chapters 00 and 01 the queries, the keys and the values were the token vectors themselves: $Q = K = V = x$.
+# In the sentence pictures of chapters 00 and 01 the queries, the keys and the values were the token vectors
+# themselves: $Q = K = V = x$.
 # That has two consequences you saw in the pictures. The score table $x x^\top$ is **symmetric**: the score of
 # token $i$ with token $j$ equals that of $j$ with $i$. And with vectors of equal length, each token's best
 # match is **itself** (a unit vector is most similar to itself). Many useful questions are not symmetric:
@@ -435,15 +436,15 @@ print(f"on this machine the loop takes {timings['loop'] / timings['vectorised']:
 # %% [markdown]
 # ## See it: what different heads can do
 #
-# A freshly initialised module attends almost uniformly, which makes a dull picture. To see what heads
+# A freshly initialised module attends with no particular pattern, which makes a dull picture. To see what heads
 # *can* do, we set the weights by hand. Each token of "the cat sat on the mat" gets a vector with two
 # parts: a one-hot for its word (a toy vocabulary of 8 words) and a one-hot for its position. Positions are a
 # stand-in here; chapter 04 shows how the real model adds them. `tfm_lesson.toy_heads.hand_set_heads` writes the
 # weights of a `MultiHeadAttention(24, heads=3)` so that
 #
 # - **head 0** matches a query at position $p$ with the key at position $p-1$: *look at the previous word*
-#   ($W^Q$ writes position $p$ into the query, $W^K$ writes position $j$ into the key's slot for $j + 1$: an
-#   asymmetric pair);
+#   (the query of position $p$ is the unit vector $e_p$, the key of position $j$ is $e_{j+1}$, so they match
+#   when $j = p - 1$: $W^Q \ne W^K$, an asymmetric pair);
 # - **head 1** matches a word with the same word: *find other copies of me* (here $W^Q = W^K$, and the two
 #   *the*s find each other);
 # - **head 2** gives every query the same vector (through the bias of $W^Q$) and only the nouns a matching key:
@@ -470,7 +471,8 @@ viz.show_heads(demo_weights[0], x_tokens=tokens, y_tokens=tokens,
 # that. `train_heads` starts from a freshly initialised `MultiHeadAttention(24, 3)` and shows it random
 # sentences of 6 words from the toy vocabulary, together with the keys each head's question should pick (the
 # previous word; the copies of my word; the nouns). The loss is the squared difference between each head's
-# weights and those targets, and Adam updates only $W^Q$ and $W^K$, the matrices that decide where a head looks.
+# weights and those targets, and an optimiser (Adam, which chapter 10 uses for the whole model; plain
+# gradient descent would do here too) updates only $W^Q$ and $W^K$, the matrices that decide where a head looks.
 # This is a supervised toy: a real Transformer is never told where to look, its heads learn from the
 # translation loss alone (chapters 10 and 12 show maps learned that way). On a 2-core laptop CPU the 300 steps
 # take a few seconds.
