@@ -123,3 +123,17 @@ def test_jupyterlab_started_as_make_course_does_asks_no_news_question(tmp_path):
         with urllib.request.urlopen(lab.lab_url(), timeout=30) as resp:
             page = resp.read().decode()
         assert '"news": {"disabled": true}' in page
+
+
+def test_an_unreachable_cpu_index_falls_back_to_pypi(monkeypatch, capsys):
+    calls = []
+    monkeypatch.delenv("TFM_TORCH_INDEX", raising=False)
+    monkeypatch.setattr(torch_install, "local_cpu_wheel", lambda *a: None)
+    monkeypatch.setattr(torch_install.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(torch_install.subprocess, "call", lambda cmd: calls.append(cmd) or (1 if len(calls) == 1 else 0))
+    assert torch_install.main(["torch==2.0.1", "--gpu", "no", "--run"]) == 0
+    assert "--index-url" in calls[0] and "--index-url" not in calls[1] and calls[1][-1] == "torch==2.0.1"
+    assert "falling back to the default index" in capsys.readouterr().out
+    calls.clear()
+    monkeypatch.setenv("TFM_TORCH_INDEX", "cpu")  # asked for explicitly: no fallback
+    assert torch_install.main(["torch==2.0.1", "--run"]) == 1 and len(calls) == 1

@@ -12,7 +12,8 @@ torch 2.13.0). A laptop without an NVIDIA GPU needs only the CPU build, from PyT
    PyPI's CUDA build; without one, the CPU index.
 
     python tools/torch_install.py "torch==2.13.0"          # print the command for this machine
-    python tools/torch_install.py "torch==2.13.0" --run    # print it, then run it
+    python tools/torch_install.py "torch==2.13.0" --run    # print it, then run it (if the chosen index fails
+                                                           # and no TFM_TORCH_INDEX was set: the default index)
     python tools/torch_install.py "torch==2.13.0" --gpu no # as if there were no NVIDIA GPU
 """
 from __future__ import annotations
@@ -108,7 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     command = PIP + pip_args
     print(f"# {why}")
     print(shlex.join(command), flush=True)
-    return subprocess.call(command) if args.run else 0
+    if not args.run:
+        return 0
+    code = subprocess.call(command)
+    if code and "--index-url" in pip_args and not os.environ.get("TFM_TORCH_INDEX"):
+        # e.g. a network that reaches PyPI but not download.pytorch.org: the CUDA build still works on a CPU
+        fallback = PIP + [args.spec]
+        print(f"# PyTorch's wheel index failed (exit {code}): falling back to the default index, whose Linux "
+              "wheel is the CUDA build (about 4.7 GB installed)", flush=True)
+        print(shlex.join(fallback), flush=True)
+        code = subprocess.call(fallback)
+    return code
 
 
 if __name__ == "__main__":
