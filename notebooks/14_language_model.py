@@ -428,14 +428,15 @@ print(f"held-out perplexity: untrained model {perplexity(model, data.valid):.1f}
 print("sample at step 0:", repr(complete(model, tokenizer, "", max_new_tokens=40, temperature=1.0, seed=0)))
 
 # %% [markdown]
-# `train_lm` draws random windows, minimises the cross-entropy with Adam (the paper's $\beta_1, \beta_2$),
+# `train_lm` draws random windows, minimises the cross-entropy with Adam (the paper's $\beta_1 = 0.9$,
+# $\beta_2 = 0.98$),
 # warms the learning rate up over the first 5% of the run and then lowers it along a cosine, and clips the
 # gradient norm at 1. It stops after a time budget: 45 seconds here. On a 2-core laptop CPU that is a couple of
 # hundred steps or more, depending on the machine (the cell prints how many); with a GPU, or more patience, you
 # get more.
 
 # %%
-history = train_lm(model, data, minutes=0.75, batch_size=32, lr=3e-3, eval_every=100, device=device, seed=0)
+history = train_lm(model, data, minutes=0.75, batch_size=32, lr=3e-3, device=device, seed=0)
 steps, seconds = len(history["step"]), history["seconds"][-1]
 print(f"{steps} steps in {seconds:.0f} s on {device.type} ({platform.machine()}, {os.cpu_count()} CPU cores visible)")
 
