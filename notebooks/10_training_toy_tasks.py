@@ -92,11 +92,13 @@ for src, tgt in data.train[:3]:
 # chapter 08 keeps each from peeking ahead). Training minimises the cross-entropy
 # $-\sum_i \log p(y_i \mid y_{<i}, x)$ — the model is always fed the *true* prefix, never its own guesses.
 #
-# **Label smoothing** (section 5.4, $\epsilon_{ls} = 0.1$). Instead of a one-hot target, the target
+# **Label smoothing** (section 5.4, $\epsilon_{ls} = 0.1$). Instead of a one-hot target (1 on the right token, 0
+# on every other), the target
 # distribution over a vocabulary of $V$ tokens is
 # $q(v) = (1-\epsilon)\,[v = y] + \epsilon / V$, and the loss of a position is the cross-entropy
 # $-\sum_v q(v) \log p(v) = (1-\epsilon)(-\log p(y)) + \epsilon \cdot \frac{1}{V}\sum_v (-\log p(v))$.
-# The model is never asked to be 100% sure: the paper notes it hurts perplexity but helps BLEU.
+# The model is never asked to be 100% sure: the paper notes it hurts perplexity (a measure of how surprised the
+# model is by the right tokens) but helps BLEU (a translation score, chapter 11).
 # Padding positions are left out of the average. This is the form of Szegedy et al. (2016), who introduced
 # label smoothing, and of PyTorch's `F.cross_entropy(..., label_smoothing=0.1)`. The widely read *Annotated
 # Transformer* uses a variant: $1-\epsilon$ on the right token and $\epsilon/(V-2)$ on every other token except
@@ -105,7 +107,10 @@ for src, tgt in data.train[:3]:
 #
 # **The learning rate** (section 5.3) rises linearly for `warmup` steps, then decays as $1/\sqrt{\text{step}}$:
 # $$\text{lrate} = d_\text{model}^{-0.5} \cdot \min(\text{step}^{-0.5},\ \text{step} \cdot \text{warmup}^{-1.5}),$$
-# with Adam, $\beta_1 = 0.9$, $\beta_2 = 0.98$, $\epsilon = 10^{-9}$, and steps counted from 1.
+# with steps counted from 1. The optimiser is Adam (Kingma and Ba, 2015), which gives every parameter its own step
+# size from running averages of its recent gradients and of their squares, with the paper's settings
+# $\beta_1 = 0.9$, $\beta_2 = 0.98$ (how long those averages remember) and $\epsilon = 10^{-9}$ (which keeps the
+# division safe).
 #
 # **Why warm up?** Two reasons are well supported. First, **Adam's early estimates are noisy**: Adam divides each
 # step by a running average of squared gradients, and after a handful of steps that average rests on very few
@@ -200,7 +205,8 @@ viz.plot_bars(q, title="Smoothed target for the right token 3 (epsilon = 0.1, V 
 # ### Exercise 2: label smoothing, without a loop
 # **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
 #
-# Write `label_smoothing_loss(logits, target, smoothing, pad_id)`: `logits` is `(batch, len, V)` (or `(n, V)`),
+# Write `label_smoothing_loss(logits, target, smoothing, pad_id)`: `logits` are the model's raw scores before the
+# softmax (the generator's output, chapter 09), `(batch, len, V)` (or `(n, V)`),
 # `target` the same shape without `V`. Return one number: the smoothed cross-entropy averaged over the real
 # tokens (target $\ne$ `pad_id`). Never build $q$: use the second form of the formula, $(1-\epsilon)$ times the
 # usual negative log-likelihood plus $\epsilon$ times the mean of $-\log p$ over the vocabulary. The checker
@@ -329,7 +335,8 @@ def greedy_loop(model, src, max_len, bos_id, eos_id):
 # ### Exercise 5: greedy decoding for a batch
 # **Difficulty** 3/3 · **Importance** 3/3 · **Time** ~20 min
 #
-# Write `greedy_decode(model, src, max_len, bos_id, eos_id)` for a whole batch `src` `(batch, src_len)`:
+# Write `greedy_decode_yours(model, src, max_len, bos_id, eos_id)` (named so that the package's `greedy_decode`,
+# imported at the top, stays available for comparison) for a whole batch `src` `(batch, src_len)`:
 # - switch the model to eval mode (`model.eval()`: no dropout) and decode under `torch.no_grad()`;
 # - encode once, `memory = model.encode(src)`; then at each step
 #   `logits = model.generator(model.decode(ys, memory, model.make_src_mask(src))[:, -1])`, `(batch, vocab)`,
@@ -496,7 +503,7 @@ print(translate(model, ["3 17 5 9", "0 1 2 3 4 5 6 7 8 9 10 11"], data.src_vocab
 # from 0–999,999, nine in ten would have six digits and only about one in a thousand would be below 1,000 — a
 # model trained on them would rarely see *ninety-seven*. So the task first picks a count of digits, each equally
 # likely, then a number with that many digits; the ranges with fewer numbers than their share (the 10,000
-# numbers below 10,000) are taken whole. The training split by count of digits:
+# numbers below 10,000) are taken whole. How many training numbers are small:
 
 # %%
 # NBVAL_CHECK_OUTPUT
