@@ -377,7 +377,7 @@ def main_lm(args, parser=None) -> int:
     quiet = getattr(args, "no_progress", False)
     history = train_lm(model, data, steps=steps, minutes=args.minutes, batch_size=batch_size, lr=peak_lr,
                        warmup=warmup_fraction,
-                       eval_every=getattr(args, "eval_every", None), device=device, seed=seed,
+                       eval_every=getattr(args, "eval_every", None) or 100, device=device, seed=seed,
                        log=None if quiet else (lambda m: print(m, flush=True)))
     valid_ppl = perplexity(model, data.valid)
     baseline = unigram_perplexity(data.train, data.valid, data.vocab_size)
