@@ -212,10 +212,15 @@ def test_explicit_layer_norm_of_large_half_values(dtype):
     """In float16 the squared deviations of values near 60,000 overflow: the explicit path returned zeros."""
     x = torch.tensor([[60000.0, 59000.0, 61000.0, 60500.0]])
     explicit = T.LayerNorm(4, explicit=True).to(dtype)(x.to(dtype))
-    fused = T.LayerNorm(4).to(dtype)(x.to(dtype))
     ref = T.LayerNorm(4)(x)
     assert explicit.dtype == dtype
-    assert torch.allclose(explicit.float(), ref, atol=2e-2) and torch.allclose(explicit.float(), fused.float(), atol=1e-2)
+    assert torch.allclose(explicit.float(), ref, atol=2e-2)
+    try:
+        fused = T.LayerNorm(4).to(dtype)(x.to(dtype))
+    except RuntimeError as exc:  # torch < 2.3 has no float16 layer norm kernel on the CPU
+        assert "not implemented" in str(exc)
+    else:
+        assert torch.allclose(explicit.float(), fused.float(), atol=1e-2)
 
 
 # widgets stay responsive ----------------------------------------------------------------------------------------------

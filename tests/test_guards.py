@@ -47,6 +47,7 @@ CONSTRUCTORS = {"randn", "rand", "randint", "randperm", "normal", "zeros", "ones
                 "linspace", "logspace", "eye", "tensor", "as_tensor"}
 MOVES = {"to", "cuda"}
 CPU_ENDS = {"cpu", "tolist", "item", "numpy"}
+NOT_TENSORS = {"item", "tolist", "element_size", "numel", "dim", "size", "nelement", "is_floating_point"}
 
 # (chapter stem, a line of the flagged cell): why the flagged construct is right.
 ALLOWED: dict[tuple[str, str], str] = {
@@ -235,7 +236,9 @@ def cpu_constructor_findings(source: str, earlier: set[str] | None = None) -> li
             inner = stmt.value
             while isinstance(inner, (ast.Call, ast.Attribute)) and not _is_constructor(inner):
                 inner = inner.func if isinstance(inner, ast.Call) else inner.value
-            cpu = _is_constructor(inner) and not _moved(inner, parents)
+            number = (isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute)
+                      and stmt.value.func.attr in NOT_TENSORS)  # torch.empty(()).element_size(): a Python int
+            cpu = _is_constructor(inner) and not _moved(inner, parents) and not number
             for target in stmt.targets:
                 if isinstance(target, ast.Name):
                     assigned.setdefault(target.id, []).append((stmt.lineno, cpu))
@@ -312,6 +315,7 @@ def test_chapter_keeps_devices_apart(path):
     ("print(torch.allclose(out.cpu(), torch.ones(3)))\ndevice", False),
     ("m = T.padding_mask(torch.tensor([[1, 2, 0]]), 0)\ndevice", False),
     ("y = x + torch.ones(3)", False),  # a cell without `device`: everything is on the CPU
+    ("n = torch.empty((), dtype=dtype).element_size()\nx = torch.ones(3, device=device)\nb = 2 * x.numel() * n", False),
 ])
 def test_the_constructor_heuristic(source, flagged):
     assert bool(cpu_constructor_findings(source)) == flagged, cpu_constructor_findings(source)
