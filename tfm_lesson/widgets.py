@@ -80,8 +80,8 @@ class Explorer(widgets.VBox):
         self.controls = controls
         self._render = render
         self._held = 0
-        self.figure = None
-        self.error = ""
+        self._figure = None
+        self._error = ""
         self._render_lock = threading.Lock()  # one render at a time; the latest values win
         self._state_lock = threading.Lock()
         self._worker: threading.Thread | None = None
@@ -157,16 +157,27 @@ class Explorer(widgets.VBox):
         try:
             fig = self._render()
             self.image.value = viz.figure_png(fig)
-            self.figure, self.error = fig, ""
+            self._figure, self._error = fig, ""
             self.status.value = ""
         except Exception as exc:  # a half-typed sentence must not kill the widget
-            self.error = f"{type(exc).__name__}: {exc}"
-            self.status.value = f"<span style='color:#D55E00'>{_escape(self.error)}</span>"
+            self._error = f"{type(exc).__name__}: {exc}"
+            self.status.value = f"<span style='color:#D55E00'>{_escape(self._error)}</span>"
 
     @property
     def png(self) -> bytes:
         self.wait()
         return bytes(self.image.value)
+
+    @property
+    def figure(self):
+        """The Figure now shown (after a render still running in the background, if any)."""
+        self.wait()
+        return self._figure
+
+    @property
+    def error(self) -> str:
+        self.wait()
+        return self._error
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
         self.wait()  # the static picture, when it comes in time
