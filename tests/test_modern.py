@@ -331,3 +331,55 @@ def test_gqa_errors():
     with pytest.raises(ValueError, match="kv_heads"):
         kv_cache_nbytes(1, 10, 2, 0, 8)
     assert math.isclose(kv_cache_nbytes(1, 1024, 32, 8, 128, torch.float16) / 2 ** 20, 128.0)
+
+
+# the ablation ---------------------------------------------------------------------------------------------------------
+def test_variant_configs_are_cumulative_and_end_at_todays_block():
+    from tfm_lesson.gpt import GPT
+    from tfm_lesson.modern.ablation import VARIANTS, variant_configs
+
+    configs = variant_configs(vocab_size=100, d_model=32, heads=4, d_ff=128)
+    assert [name for name, _ in configs] == [name for name, _ in VARIANTS]
+    first, last = configs[0][1], configs[-1][1]
+    assert (first["norm_first"], first["positional"], first["activation"], first["norm"], first["bias"]) == \
+        (False, "learned", "relu", "layer", True) and first.get("kv_heads") is None
+    assert (last["norm_first"], last["positional"], last["activation"], last["norm"], last["bias"], last["kv_heads"],
+            last["d_ff"]) == (True, "rope", "swiglu", "rms", False, 2, swiglu_hidden(128))
+    for (_, before), (_, after) in zip(configs, configs[1:]):  # one change at a time
+        assert 1 <= sum(before.get(k) != after.get(k) for k in set(before) | set(after)) <= 2
+    for _, config in configs:
+        GPT(**config)
+
+
+def test_summarise_pairs_seeds():
+    from tfm_lesson.modern.ablation import format_summary, summarise
+
+    runs = [dict(variant=v, seed=s, valid_loss=loss, parameters=10, seconds=1.0)
+            for v, losses in (("a", (3.0, 3.2, 3.4)), ("b", (2.9, 3.1, 3.3)), ("c", (3.0, 3.0, 3.3)))
+            for s, loss in enumerate(losses)]
+    rows = summarise({"runs": runs})
+    assert math.isclose(rows[0]["mean"], 3.2) and math.isclose(rows[0]["std"], 0.2)
+    assert math.isclose(rows[1]["diff"], -0.1) and rows[1]["diff_std"] < 1e-9 and not rows[1]["inside_noise"]
+    assert math.isclose(rows[2]["diff"], 0.0, abs_tol=1e-12) and rows[2]["inside_noise"]
+    assert math.isclose(rows[2]["ci95"], 4.303 * 0.1 / math.sqrt(3), rel_tol=1e-3)  # Student's t, 2 degrees of freedom
+    assert "inside the noise?" in format_summary(rows)
+
+
+def test_shipped_ablation_is_complete():
+    from tfm_lesson.modern.ablation import VARIANTS, load_ablation, plot_ablation, summarise
+
+    results = load_ablation()
+    rows = summarise(results)
+    assert [r["variant"] for r in rows] == [name for name, _ in VARIANTS]
+    assert all(r["seeds"] >= 3 for r in rows) and results["settings"]["steps"] >= 100
+    assert all(math.isfinite(r["valid_loss"]) for r in results["runs"])
+    plot_ablation(results)
+
+
+def test_ablation_runs_end_to_end():
+    from tfm_lesson.modern.ablation import VARIANTS, run_ablation, summarise
+
+    results = run_ablation(seeds=(0, 1), steps=2, batch_size=2, eval_tokens=200, variants=VARIANTS[:2], log=None,
+                           context=8, d_model=16, heads=2, d_ff=32, num_layers=1)
+    assert len(results["runs"]) == 4 and len(summarise(results)) == 2
+    assert results["settings"]["unigram_loss"] > 0

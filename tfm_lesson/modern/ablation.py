@@ -103,10 +103,23 @@ def run_ablation(data=None, seeds: Sequence[int] = (0, 1, 2), steps: int = 300, 
                 runs=runs)
 
 
+# two-sided 95% quantiles of Student's t distribution, by degrees of freedom (seeds - 1)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t95(dof: int) -> float:
+    """The half-width factor of a 95% confidence interval for a mean of ``dof + 1`` numbers (Student's t)."""
+    if dof < 1:
+        return float("nan")
+    return _T95.get(dof) or (_T95[max(k for k in _T95 if k <= dof)] if dof < 30 else 1.96)
+
+
 def summarise(results: dict) -> list[dict]:
     """Per variant: mean and standard deviation of the held-out loss over seeds, and the paired difference
-    from the variant before it (mean, standard deviation, and whether it is inside the noise: ``|mean| <= 2
-    standard errors``, the standard error being the spread of the paired differences / sqrt(seeds))."""
+    from the variant before it: its mean, standard deviation, the half-width ``ci95`` of its 95% confidence
+    interval (Student's t: with 3 seeds, 4.3 standard errors), and ``inside_noise`` when that interval
+    contains 0, i.e. when the seeds cannot tell whether the change helps or hurts."""
     names = list(dict.fromkeys(r["variant"] for r in results["runs"]))
     by_name = {n: {r["seed"]: r for r in results["runs"] if r["variant"] == n} for n in names}
     rows = []
@@ -119,19 +132,21 @@ def summarise(results: dict) -> list[dict]:
             before = by_name[names[i - 1]]
             diffs = [by_name[name][s]["valid_loss"] - before[s]["valid_loss"] for s in by_name[name] if s in before]
             sd = statistics.stdev(diffs) if len(diffs) > 1 else float("nan")
-            row.update(diff=statistics.fmean(diffs), diff_std=sd,
-                       inside_noise=bool(abs(statistics.fmean(diffs)) <= 2 * sd / math.sqrt(len(diffs))))
+            ci95 = t95(len(diffs) - 1) * sd / math.sqrt(len(diffs))
+            row.update(diff=statistics.fmean(diffs), diff_std=sd, ci95=ci95,
+                       inside_noise=not abs(statistics.fmean(diffs)) > ci95)
         rows.append(row)
     return rows
 
 
 def format_summary(rows: list[dict]) -> str:
     """The summary as a fixed-width table (losses in nats per token)."""
-    lines = [f"{'variant':32s} {'params':>8s} {'held-out loss':>17s} {'change vs row above':>22s}  inside noise?"]
+    lines = [f"{'variant':32s} {'params':>8s} {'held-out loss':>15s}  {'change vs row above':>20s}  inside the noise?",
+             f"{'':32s} {'':>8s} {'mean ± std':>15s}  {'mean ± 95% interval':>20s}"]
     for r in rows:
-        change = "" if "diff" not in r else f"{r['diff']:+.3f} ± {r['diff_std']:.3f}"
+        change = "" if "diff" not in r else f"{r['diff']:+.3f} ± {r['ci95']:.3f}"
         noise = "" if "diff" not in r else ("yes" if r["inside_noise"] else "no")
-        lines.append(f"{r['variant']:32s} {r['parameters']:8,d} {r['mean']:9.3f} ± {r['std']:.3f} {change:>22s}  {noise}")
+        lines.append(f"{r['variant']:32s} {r['parameters']:8,d} {r['mean']:7.3f} ± {r['std']:.3f}  {change:>20s}  {noise}")
     return "\n".join(lines)
 
 
@@ -143,29 +158,34 @@ def load_ablation(path: str | Path | None = None) -> dict:
 
 
 def plot_ablation(results: dict, title: str | None = None):
-    """Held-out loss per variant: mean over seeds with ±1 standard deviation, and each seed as a dot.
-    Returns a :class:`tfm_lesson.viz.Figure`."""
+    """Two panels. Left: held-out loss per variant, mean ± 1 standard deviation over seeds (dots: the seeds).
+    Right: the paired change from the row above with its 95% confidence interval; an interval that crosses
+    the dashed zero line is inside the noise. Returns a :class:`tfm_lesson.viz.Figure`."""
     from ..viz import Figure
 
     rows = summarise(results)
-    fig = Figure(figsize=(7.5, 0.45 * len(rows) + 1.4), dpi=100, layout="constrained")
-    ax = fig.add_subplot()
+    fig = Figure(figsize=(9.5, 0.42 * len(rows) + 1.6), dpi=100, layout="constrained")
+    left, right = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [1.1, 1]})
     ys = list(range(len(rows)))[::-1]
     for y, row in zip(ys, rows):
         seeds = [r["valid_loss"] for r in results["runs"] if r["variant"] == row["variant"]]
-        ax.plot(seeds, [y] * len(seeds), "o", color="#56B4E9", alpha=0.7, markersize=4)
-        ax.errorbar(row["mean"], y, xerr=row["std"], fmt="s", color="#0072B2", capsize=4)
-    unigram = results["settings"].get("unigram_loss")
-    if unigram is not None:  # the loss of a model that ignores the context
-        ax.axvline(unigram, color="#D55E00", linestyle="--", linewidth=1)
-        ax.annotate("unigram\nbaseline", (unigram, ys[0]), xytext=(-4, 0), textcoords="offset points",
-                    ha="right", va="center", fontsize=8, color="#D55E00")
-    ax.set_yticks(ys, [r["variant"] for r in rows])
-    ax.set_xlabel("held-out loss (nats per token; lower is better)")
+        left.plot(seeds, [y] * len(seeds), "o", color="#56B4E9", alpha=0.8, markersize=4)
+        left.errorbar(row["mean"], y, xerr=row["std"], fmt="s", color="#0072B2", capsize=4, markersize=5)
+        if "diff" in row:
+            colour = "#999999" if row["inside_noise"] else "#D55E00"
+            right.errorbar(row["diff"], y, xerr=row["ci95"], fmt="o", color=colour, capsize=4, markersize=5)
+    right.axvline(0.0, color="black", linestyle="--", linewidth=1)
+    left.set_yticks(ys, [r["variant"] for r in rows])
+    left.set_xlabel("held-out loss (nats per token)")
+    right.set_xlabel("change from the row above (95% interval)")
     settings = results["settings"]
-    ax.set_title(title or f"{len(settings['seeds'])} seeds, {settings['steps']} steps each: mean ± 1 std (dots: seeds)",
-                 fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
+    unigram = settings.get("unigram_loss")
+    left.set_title(f"mean ± 1 std over {len(settings['seeds'])} seeds (dots)" +
+                   (f"; unigram baseline {unigram:.2f}" if unigram is not None else ""), fontsize=9)
+    right.set_title("grey: inside the noise (interval crosses 0)", fontsize=9)
+    for ax in (left, right):
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(title or f"{settings['steps']} steps per run; lower is better", fontsize=10)
     return fig
 
 
