@@ -241,9 +241,10 @@ print("mean per position after RMSNorm:  ", [round(v, 1) for v in rms(x).mean(-1
 #
 # ### The math
 #
-# In one pair, write $R(\alpha)$ for the $2\times2$ rotation by $\alpha$. Rotations compose by adding angles,
-# and the transpose of a rotation is the rotation back, $R(\alpha)^\top = R(-\alpha)$. So for a query
-# pair $q$ at position $m$ and a key pair $k$ at position $n$:
+# In one pair, write $R(\alpha)$ for the $2\times2$ rotation by $\alpha$ and $\theta$ for that pair's speed.
+# Rotations compose by adding angles, $R(\alpha)R(\beta) = R(\alpha + \beta)$, and the transpose of a rotation
+# is the rotation back, $R(\alpha)^\top = R(-\alpha)$. So for a query pair $q$ at position $m$ and a key pair
+# $k$ at position $n$:
 #
 # $$\big(R(m\theta)\,q\big)^\top \big(R(n\theta)\,k\big) = q^\top R(-m\theta)\,R(n\theta)\,k
 #   = q^\top R\big((n - m)\theta\big)\,k .$$
@@ -303,7 +304,8 @@ print("lengths kept:", torch.allclose(q_rot.norm(dim=-1), q.norm().expand(positi
 # $$\mathrm{RoPE}(x) = x \odot \cos + \mathrm{rotate\_half}(x) \odot \sin ,$$
 #
 # with each angle $m\theta_i$ written at features $i$ and $i + d_k/2$ of the cos and sin tables. Pair
-# $(a, b)$ becomes $(a\cos - b\sin,\; b\cos + a\sin)$, the same rotation as the loop. The two conventions
+# $(a, b)$ becomes $(a\cos - b\sin,\; b\cos + a\sin)$, the same rotation as the loop. (You write this
+# vectorised version yourself in exercise 2; below, the course's `RotaryEmbedding` runs it.) The two conventions
 # rotate different pairs, so the same weights give different numbers under each; a model converted from one
 # to the other must have the rows of its $W^Q$ and $W^K$ permuted, and then every score is unchanged:
 
@@ -485,7 +487,7 @@ prompt = torch.randint(0, 1000, (1, 200))
 cache_bytes = {}
 for kv_heads in (8, 4, 2, 1):
     torch.manual_seed(0)
-    model = GPT(vocab_size=1000, context=256, d_model=128, heads=8, d_ff=344, num_layers=2, norm="rms",
+    model = GPT(vocab_size=1000, context=256, d_model=128, heads=8, d_ff=swiglu_hidden(512), num_layers=2, norm="rms",
                 positional="rope", activation="swiglu", kv_heads=kv_heads, bias=False).eval()
     caches = model.new_cache()
     with torch.no_grad():
