@@ -540,6 +540,15 @@ for bias in (True, False):
 # **GPT-2**: pre-norm LayerNorm, learned positions, GELU with the tanh approximation, biases, tied
 # embeddings. Its attention stores $W^Q, W^K, W^V$ side by side in one `Conv1D` (a linear layer whose weight
 # is stored transposed), which `from_hf` splits and transposes.
+#
+# **Llama**: pre-norm RMSNorm, RoPE with `rope_theta`, SwiGLU with `intermediate_size` as its hidden size,
+# grouped-query attention with `num_key_value_heads` key/value heads, no biases, tied or untied embeddings.
+# Its names map one to one: `q_proj`, `k_proj`, `v_proj`, `o_proj` to `w_q`, `w_k`, `w_v`, `w_o`;
+# `gate_proj`, `up_proj`, `down_proj` to `w_gate`, `w_up`, `w_down`; `input_layernorm` and
+# `post_attention_layernorm` to `norm1` and `norm2`.
+#
+# Three configs of each, chosen to exercise every option: tied and untied embeddings, a hidden size that is
+# not $4 d_{model}$, both GELUs, key/value heads from all of them down to one, and bases other than 10,000.
 
 # %%
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaForCausalLM
