@@ -53,7 +53,8 @@ import tfm_lesson as T
 from tfm_lesson import viz, widgets
 from tfm_lesson.data import CREDITS, encode_batch, load_task
 from tfm_lesson.decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob, translate
-from tfm_lesson.checks import check_beam_step, check_corpus_and_mean_bleu, check_length_normalised
+from tfm_lesson.checks import (check_beam_step, check_corpus_and_mean_bleu, check_length_normalised,
+                               yours_or_reference)
 from tfm_lesson.metrics import bleu, chrf, exact_match
 from tfm_lesson.training import compare_to_reference, evaluate, make_model, train
 
@@ -372,11 +373,12 @@ check_length_normalised(length_normalised)
 
 # %%
 # NBVAL_CHECK_OUTPUT
+penalised = yours_or_reference(length_normalised, "length_normalised")  # yours, once it passes its check
 totals = torch.tensor([-2.0, -3.1])           # a short hypothesis (3 tokens) and a long one (9 tokens)
 lengths = torch.tensor([3.0, 9.0])
 for alpha in (0.0, 0.6, 1.0):
-    print(f"alpha {alpha}: normalised {[round(x, 3) for x in length_normalised(totals, lengths, alpha).tolist()]}, "
-          f"winner: {'short' if length_normalised(totals, lengths, alpha).argmax() == 0 else 'long'}")
+    print(f"alpha {alpha}: normalised {[round(x, 3) for x in penalised(totals, lengths, alpha).tolist()]}, "
+          f"winner: {'short' if penalised(totals, lengths, alpha).argmax() == 0 else 'long'}")
 
 # %% [markdown]
 # ### Exercise 3: corpus BLEU is not the mean of sentence BLEUs

@@ -226,3 +226,10 @@ def test_rank_correlation_reference_passes(capsys):
 ])
 def test_rank_correlation_mistakes(fn, hint):
     _raises(check_rank_correlation, fn, hint)
+
+
+@pytest.mark.parametrize("check", [check_beam_step, check_length_normalised, check_corpus_and_mean_bleu,
+                                   check_query_entropy, check_heads_off, check_rank_correlation])
+def test_an_empty_stub_gets_a_mistake_not_a_crash(check):
+    with pytest.raises(Mistake):
+        check(lambda *args: None)

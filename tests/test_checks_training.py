@@ -272,3 +272,10 @@ def test_yours_or_reference_keeps_a_passing_piece_and_replaces_a_failing_one(cap
         assert callable(yours_or_reference(lambda *a: None, name))
     with pytest.raises(ValueError, match="name must be one of"):
         yours_or_reference(shift, "nope")
+
+
+@pytest.mark.parametrize("check", [check_shift_targets, check_label_smoothing_loss, check_noam_rate,
+                                   check_train_step, check_greedy_decode])
+def test_an_empty_stub_gets_a_mistake_not_a_crash(check):
+    with pytest.raises(Mistake):
+        check(lambda *args: None)

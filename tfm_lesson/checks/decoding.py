@@ -101,7 +101,9 @@ def check_length_normalised(fn: Callable[[Tensor, Tensor, float], Tensor]) -> No
         lengths = torch.randint(1, 15, (6,), generator=g).float()
         what = f"length_normalised(scores, lengths, alpha={alpha})"
         got = call(fn, scores.clone(), lengths.clone(), alpha, what=what)
-        got = torch.as_tensor(got).detach().float().reshape(-1)
+        expect(isinstance(got, Tensor), f"{what} returned {type(got).__name__}, expected a tensor shaped like "
+               "scores; did you forget a `return`?")
+        got = got.detach().float().reshape(-1)
         lp = ((5 + lengths) / 6) ** alpha
         want = scores / lp
         if close(got, want):
@@ -173,3 +175,24 @@ def check_corpus_and_mean_bleu(fn: Callable[[list, list], tuple[float, float]]) 
         raise Mistake(f"mean of sentence BLEUs = {mean:.2f}, expected {want_m:.2f}: average "
                       "sacrebleu.sentence_bleu(h, [r]).score over the pairs")
     passed("check_corpus_and_mean_bleu", "corpus BLEU and the mean of sentence BLEUs, as sacreBLEU computes them")
+
+
+# the reference pieces, for a chapter whose later cells need working pieces ----------------------------------------
+def _ref_beam_step(scores: Tensor, log_probs: Tensor, finished: Tensor, beam_size: int, pad_id: int):
+    return _beam_step(scores, log_probs, finished, beam_size, pad_id)
+
+
+def _ref_length_normalised(scores: Tensor, lengths: Tensor, alpha: float) -> Tensor:
+    return scores / ((5 + lengths) / 6) ** alpha
+
+
+def _ref_corpus_and_mean_bleu(hypotheses: list, references: list) -> tuple[float, float]:
+    import sacrebleu
+
+    sentence = [sacrebleu.sentence_bleu(h, [r]).score for h, r in zip(hypotheses, references)]
+    return sacrebleu.corpus_bleu(hypotheses, [references]).score, sum(sentence) / len(sentence)
+
+
+PIECES = {"beam_step": (check_beam_step, _ref_beam_step),
+          "length_normalised": (check_length_normalised, _ref_length_normalised),
+          "corpus_and_mean_bleu": (check_corpus_and_mean_bleu, _ref_corpus_and_mean_bleu)}

@@ -559,9 +559,10 @@ def yours_or_reference(fn: Callable, name: str) -> Callable:
     import contextlib
     import io
 
+    from .decoding import PIECES as decoding_pieces
     from .inside import PIECES as inside_pieces
 
-    pieces = {**_PIECES, **inside_pieces}
+    pieces = {**_PIECES, **decoding_pieces, **inside_pieces}
     if name not in pieces:
         raise ValueError(f"name must be one of {sorted(pieces)}, got {name!r}")
     check, reference = pieces[name]
