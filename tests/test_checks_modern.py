@@ -195,7 +195,8 @@ def gqa(q, k, v, mask, repeat="interleave", scale=None, invert=False, use_mask=T
 
 def test_gqa_reference_passes(capsys):
     check_grouped_query_attention(gqa)
-    check_grouped_query_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True))
+    check_grouped_query_attention(lambda q, k, v, m: F.scaled_dot_product_attention(
+        q, k.repeat_interleave(q.size(1) // k.size(1), 1), v.repeat_interleave(q.size(1) // k.size(1), 1), attn_mask=m))
     assert capsys.readouterr().out.count("✔ check_grouped_query_attention passed") == 2
 
 
