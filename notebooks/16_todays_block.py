@@ -668,8 +668,10 @@ else:
             learner_model = from_hf(pretrained).to(device)
             prompt = tokenizer("The Transformer is a neural network that", return_tensors="pt").input_ids.to(device)
             out = learner_model.generate(prompt, max_new_tokens=25, temperature=0.0)
-            same = torch.equal(out.cpu(), pretrained.generate(prompt.cpu(), max_new_tokens=25, do_sample=False,
-                                                              pad_token_id=tokenizer.eos_token_id))
+            theirs_out = pretrained.generate(prompt.cpu(), max_new_tokens=25, do_sample=False,
+                                             pad_token_id=tokenizer.eos_token_id)
+            n = theirs_out.size(1)  # transformers stops early at an end-of-text token; compare what both wrote
+            same = torch.equal(out[:, :n].cpu(), theirs_out)
             print(f"{repo}: {tokenizer.decode(out[0])!r} (same tokens as transformers: {same})")
     except Exception as exc:  # no network, a renamed model, not enough memory: say so in one line
         print(f"Skipped: could not load the pretrained weights ({type(exc).__name__}: {exc})"[:300])
