@@ -244,8 +244,10 @@ ERROR_OUTPUTS = f"""() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-
     || (e.matches('[data-mime-type="application/vnd.jupyter.stderr"]')
         && /Traceback \\(most recent call last\\)|Cell In\\[\\d+\\], line \\d+/.test(e.textContent))
     || /Error displaying widget|Failed to display Jupyter Widget/.test(e.textContent))"""
-# every code cell numbered, or (Run All stops at an error) an error shown and no cell still queued or running
-ALL_RUN = f"""() => {{ const prompts = [...document.querySelectorAll('{PANEL} .jp-CodeCell .jp-InputPrompt')];
+# every code cell numbered, or (Run All stops at an error) an error shown and no cell still queued or running.
+# A folded cell (a solution: its input hidden) keeps its prompt out of view and never numbered: it is left out.
+ALL_RUN = f"""() => {{ const prompts = [...document.querySelectorAll('{PANEL} .jp-CodeCell')]
+        .filter(c => !c.querySelector('.jp-InputPlaceholder')).map(c => c.querySelector('.jp-InputPrompt'));
     if (prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))) return true;
     return ({ERROR_OUTPUTS})().length > 0 && !prompts.some(p => p.textContent.includes('*')); }}"""
 
