@@ -655,6 +655,7 @@ print(f"parameters: course {count(ours_meta):,}, transformers {count(theirs_meta
 # the course's model continue a sentence. It is skipped offline and when the tests run the chapter.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 RUN_PRETRAINED = ON_COLAB and os.environ.get("HF_HUB_OFFLINE", "0") != "1"
 if not RUN_PRETRAINED:
     print("Skipped: the optional pretrained-weights cell runs on Colab (or with RUN_PRETRAINED = True and a network).")
@@ -817,6 +818,7 @@ class MyRMSNorm(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_rms_norm(MyRMSNorm)
 
 # %% [markdown]
@@ -847,6 +849,7 @@ def my_rope(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_rotary(my_rope)
 
 # %% [markdown]
@@ -882,6 +885,7 @@ class MySwiGLU(nn.Module):
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_swiglu(MySwiGLU)
 
 # %% [markdown]
@@ -909,6 +913,7 @@ def my_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 check_grouped_query_attention(my_gqa)
 
 # %% [markdown]
