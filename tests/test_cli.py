@@ -290,3 +290,16 @@ def test_translate_flags_and_checkpoint_are_checked(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         translate_main([str(tmp_path / "cut.pt"), "x"])
     assert exc.value.code == 2 and "truncated or corrupt" in capsys.readouterr().err
+
+
+def test_resume_after_the_tsv_file_changed_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"w{i} w{i + 1}\tm{i} m{i + 1}\n" for i in range(30)), encoding="utf-8")
+    out = tmp_path / "run"
+    small = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32", "--batch-size", "8", "--no-progress",
+             "--test-limit", "2", "--eval-limit", "2"]
+    assert train_main(["--tsv", str(path), "--steps", "2", "--device", "cpu", "--out", str(out), *small]) == 0
+    capsys.readouterr()
+    path.write_text("".join(f"w{i} w{i + 2}\tm{i} m{i + 2}\n" for i in range(30)), encoding="utf-8")  # edited
+    err = _usage_error(["--resume", str(out), "--steps", "4", "--device", "cpu"], capsys)
+    assert f"--resume {out / 'model.pt'}: the training pairs differ" in err

@@ -349,6 +349,10 @@ def train_translation(args: argparse.Namespace, parser: argparse.ArgumentParser)
         if main_process:
             print(f"error: {err}", file=sys.stderr, flush=True)
         status = 3
+    except ValueError as err:
+        if not str(err).startswith("resume:"):
+            raise
+        parser.error(f"--resume {args.resume}: {str(err)[len('resume: '):]}")  # other data or settings
     if status == 0:
         seconds = time.perf_counter() - start
         in_sync = ranks_in_sync(model)
