@@ -4,6 +4,8 @@
     python -m tfm_lesson.train --tsv fra.txt --minutes 20 --out runs/fra
     python -m tfm_lesson.train --resume runs/fra/model.pt          # continue a stopped run
     torchrun --nproc_per_node=2 -m tfm_lesson.train --task copy --steps 100     # DistributedDataParallel
+    python -m tfm_lesson.train --task lm --minutes 2               # a GPT language model (tfm_lesson.lm.main_lm);
+    python -m tfm_lesson.train --text my_book.txt --minutes 5      # ... on your own text: OUT/lm.pt (default runs/lm)
 
 Each task starts from its recipe, the settings measured for it (flags override them). Every flag and the
 output folder are checked before training starts. The run is saved to OUT/model.pt (atomically) every
