@@ -548,8 +548,8 @@ print(compare_to_reference(num_history, "numbers"))
 # training pairs, and 400 steps of 128 pairs are about one pass over the training set: the model has seen each
 # of them about once, against thousands of long numbers. The test set, split off at random, holds about two of
 # them, so its 100% says nothing about them: **a test score measures the distribution the test set was drawn
-# from**, and a skill that distribution rarely asks for goes unmeasured. Training longer, or repeating the short
-# numbers in the training set, fixes it; try it below.
+# from**, and a skill that distribution rarely asks for goes unmeasured. Would training longer fix it, or
+# repeating the short numbers in the training set? Prompt 4 after the exercises lets you find out.
 #
 # ## See it: the anti-diagonal
 #

@@ -434,7 +434,7 @@ print(f"corpus BLEU {c:.1f}, mean of sentence BLEUs {m:.1f}")
 # 1. Decode the test set with beam sizes 1, 2, 4, 8 and plot BLEU and time against $k$.
 # 2. Set `length_penalty_alpha=0.0` and then `2.0` in `evaluate(..., beam_size=4, length_penalty_alpha=...)`.
 #    Which way do output lengths move?
-# 3. Train for twice as many steps. Which metric still improves when exact match is near its ceiling?
+# 3. Train for twice as many steps. Which metric gains the most, and which is closest to its ceiling?
 # 4. Your own data: a Tatoeba/Anki file `fra.txt` trains with
 #    `python -m tfm_lesson.train --tsv fra.txt --minutes 20` — the same code, on real sentences.
 #
