@@ -469,6 +469,7 @@ print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device
 # %%
 verdict = compare_to_reference(history, "reverse")
 print(verdict)
+verdict.figure
 
 # %% [markdown]
 # The loss cannot go to 0: with label smoothing the best possible loss is the entropy of the smoothed target
@@ -538,7 +539,9 @@ for src_text, out in zip(examples, translate(num_model, examples, numbers.src_vo
     print(f"{src_text:58s} -> {out}")
 
 # %%
-print(compare_to_reference(num_history, "numbers"))
+verdict = compare_to_reference(num_history, "numbers")
+print(verdict)
+verdict.figure
 
 # %% [markdown]
 # *ninety-seven* comes out right, and so do all 1,000 test numbers. But look at the smallest numbers: of 0–99,
@@ -629,7 +632,7 @@ widgets.translate_widget(reverse_with_attention, text="4 8 15 16 2 3")
 # T.seed_everything(0)
 # m2 = make_model(data.src_vocab, data.tgt_vocab, d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0)
 # h2 = train_loop(m2, data, steps=600, batch_size=128, warmup=100, peak_lr=3e-3, smoothing=0.0)
-# print(compare_to_reference(h2, "reverse"))
+# verdict = compare_to_reference(h2, "reverse"); print(verdict); verdict.figure
 # evaluate(m2, data.test, data.src_vocab, data.tgt_vocab)
 # ```
 #

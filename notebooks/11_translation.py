@@ -136,7 +136,9 @@ print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device
 # Is this loss curve normal? The band holds three runs of the same recipe with different seeds:
 
 # %%
-print(compare_to_reference(history, "sentences"))
+verdict = compare_to_reference(history, "sentences")
+print(verdict)
+verdict.figure
 
 # %% [markdown]
 # ## Beam search

@@ -123,3 +123,16 @@ def test_regenerate_command(tmp_path, monkeypatch):
     assert ref["runs"][0]["loss"] != ref["runs"][1]["loss"]  # seeds differ
     with pytest.raises(SystemExit):
         reference.main(["--task", "reverse", "--seeds", "0", "1", "--out", str(out)])
+
+
+def test_the_band_is_drawn_without_pyplot():
+    """Returned once and displayed where the chapter shows it; never left open in pyplot to be shown again."""
+    import matplotlib.pyplot as plt
+
+    from tfm_lesson.viz import Figure
+
+    before = plt.get_fignums()
+    ref = load_reference("reverse")
+    verdict = compare_to_reference({"step": ref["step"], "loss": ref["runs"][0]["loss"]}, "reverse")
+    assert isinstance(verdict.figure, Figure) and verdict.figure._repr_png_().startswith(b"\x89PNG")
+    assert plt.get_fignums() == before

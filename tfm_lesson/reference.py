@@ -208,11 +208,12 @@ def compare_to_reference(history: dict, task: str, plot: bool = True, ax=None, m
 
 
 def _draw(ref, mine, lo, hi, lo_b, hi_b, task, ax):
-    import matplotlib.pyplot as plt
+    from .viz import _figure  # a Figure without pyplot: shown where it is displayed, never a second time
 
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7, 3.6))
+        fig = _figure(7, 3.6)
+        ax = fig.add_subplot()
     x = ref["step"]
     ax.fill_between(x, lo_b, hi_b, color="tab:blue", alpha=0.12, label="band (reference runs, widened)")
     ax.fill_between(x, lo, hi, color="tab:blue", alpha=0.3, label=f"{len(ref['runs'])} reference runs")
@@ -224,8 +225,6 @@ def _draw(ref, mine, lo, hi, lo_b, hi_b, task, ax):
     ax.set_ylabel("training loss")
     ax.set_title(f"Is my run normal? {task}, chapter {ref['chapter']}'s recipe")
     ax.legend(fontsize=8)
-    if fig is not None:
-        fig.tight_layout()
     return fig if fig is not None else ax.figure
 
 
