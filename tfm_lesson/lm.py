@@ -22,7 +22,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._io import atomic_open
 from .data.corpus import Corpus, load_corpus, random_windows
 from .device import default_device
 from .gpt import GPT, GPTConfig
@@ -264,15 +264,8 @@ def save_lm(path: str | os.PathLike, model: GPT, tokenizer: BPETokenizer, extra:
     payload = {"format": LM_FORMAT, "config": model.config.to_dict(),
                "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
                "tokenizer": json.dumps(tokenizer.to_dict()), "extra": dict(extra or {})}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path, "wb") as fh:
+        torch.save(payload, fh)
     return path
 
 

@@ -243,10 +243,10 @@ def instructor_markdown(titles: dict[str, str] | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tfm_lesson.quiz OUT.md``: write the instructors' quiz page (atomically)."""
-    import os
     import sys
-    import tempfile
     from pathlib import Path
+
+    from ._io import atomic_open
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -254,10 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args[0])
     text = instructor_markdown(chapter_titles())
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with atomic_open(out, "w") as f:
         f.write(text)
-    os.replace(tmp, out)
     print(f"wrote {out} ({len(quiz_chapters())} chapters)")
     return 0
 

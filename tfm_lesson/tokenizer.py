@@ -37,10 +37,11 @@ import heapq
 import json
 import os
 import re
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from ._io import atomic_open
 
 __all__ = ["BPETokenizer", "GPT2_PATTERN", "pretokenize", "merge_pair", "gpt2_byte_order", "train_hf_bpe", "hf_merges"]
 
@@ -281,16 +282,8 @@ class BPETokenizer:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the tokenizer as JSON, atomically (a temporary file, then a rename)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with atomic_open(path, "w") as f:
+            json.dump(self.to_dict(), f)
         return path
 
     @classmethod

@@ -21,19 +21,18 @@ import os
 import pickle
 import random
 import signal
-import tempfile
 import threading
 import time
 from collections import OrderedDict
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext
 from typing import Callable, NamedTuple, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from ._checks import check_positive_int
+from ._io import atomic_open
 from .device import default_device, seed_everything
 from .model import Transformer, TransformerConfig
 
@@ -799,31 +798,10 @@ def _dedupe_tied(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str,
 
 
 def _atomic_save(payload: dict, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temporary file in the target's folder, flushed to disk, then renamed over the target:
-    the target is always either the old complete file or the new complete one, never half written."""
-    path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes the file private; give it the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with suppress(OSError, AttributeError):  # make the rename itself durable (POSIX)
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    """``torch.save`` through :func:`tfm_lesson._io.atomic_open`: the target is always either the old complete
+    file or the new complete one, never half written."""
+    with atomic_open(path, "wb") as fh:
+        torch.save(payload, fh)
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vocab, extra: dict | None = None,

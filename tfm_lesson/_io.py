@@ -1,0 +1,45 @@
+"""Writing files so that a failure never leaves a half-written file where a good one was."""
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import IO, Iterator
+
+__all__ = ["atomic_open"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open a temporary file in ``path``'s folder for writing (``mode`` "w" or "wb"). When the block ends
+    normally the file is flushed to disk, given ``path``'s permissions (or the usual ones for a new file) and
+    renamed over ``path``; when it raises, the temporary file is removed and ``path`` is left as it was."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with suppress(OSError, AttributeError):  # make the rename itself durable (POSIX)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
