@@ -400,3 +400,22 @@ def test_ablation_runs_end_to_end():
                            context=8, d_model=16, heads=2, d_ff=32, num_layers=1)
     assert len(results["runs"]) == 4 and len(summarise(results)) == 2
     assert results["settings"]["unigram_loss"] > 0
+
+
+def test_gqa_fast_path_agrees_with_the_explicit_path_on_nan_and_masks():
+    """Both attentions share tfm_lesson.attention.fast_attention: a NaN query gives NaN, a fully masked row 0,
+    a 1-D key mask broadcasts, exactly as the explicit path does."""
+    from tfm_lesson.modern import GroupedQueryAttention
+
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(16, heads=4, kv_heads=2).eval()
+    finite = torch.randn(2, 5, 16)
+    x = finite.clone()
+    x[0, 1] = float("nan")
+    cases = [(x, None), (x, torch.tensor([True, True, False, True, False])),
+             (finite, torch.zeros(2, 1, 5, 5, dtype=torch.bool))]
+    for x, mask in cases:
+        fast, _ = gqa(x, x, x, mask)
+        explicit, _ = gqa(x, x, x, mask, need_weights=True)
+        assert torch.equal(torch.isnan(fast), torch.isnan(explicit)), mask
+        assert torch.allclose(fast.nan_to_num(), explicit.nan_to_num(), atol=1e-5), mask

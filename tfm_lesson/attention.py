@@ -19,7 +19,7 @@ from ._checks import check_dtype, check_features, check_positive_int, check_prob
 from .cache import CrossAttentionCache, KVCache
 from .masks import check_mask
 
-__all__ = ["scaled_dot_product_attention", "MultiHeadAttention"]
+__all__ = ["scaled_dot_product_attention", "fast_attention", "MultiHeadAttention"]
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -76,6 +76,30 @@ def scaled_dot_product_attention(
     elif dropout:
         weights = F.dropout(weights, p=check_probability(dropout, "dropout"), training=True)
     return weights @ value, weights  # (..., q_len, d_v), (..., q_len, k_len)
+
+
+def fast_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+                   dropout_p: float = 0.0) -> Tensor:
+    """The fast path: ``F.scaled_dot_product_attention`` (fused kernels), giving what the explicit path gives.
+
+    query ``(batch, heads, q_len, d_k)``, key/value ``(batch, heads, k_len, d_k)``, mask boolean (True = may
+    attend) broadcastable to ``(batch, heads, q_len, k_len)``. As in :func:`scaled_dot_product_attention`: a
+    query with no visible key gets 0 (never NaN), a NaN/inf key hidden from every query is ignored, and a NaN or
+    inf query gives NaN (some fused kernels would return finite numbers). Returns ``(batch, heads, q_len, d_k)``.
+    """
+    has_key = attn_mask = None
+    if mask is not None:
+        if mask.dim() < 4:  # e.g. a (k_len,) key mask: the steps below need (batch|1, heads|1, q_len|1, k_len)
+            mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+        has_key = mask.any(dim=-1, keepdim=True)  # (batch, heads|1, q_len, 1)
+        attn_mask = mask | ~has_key  # fully masked rows: attend anywhere, zeroed below (never NaN)
+        hidden = ~mask.any(dim=-2).unsqueeze(-1)  # (batch|1, heads|1, k_len, 1): keys no query may see
+        key = key.masked_fill(hidden & ~torch.isfinite(key), 0.0)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)
+    out = out.masked_fill(~torch.isfinite(query).all(dim=-1, keepdim=True), float("nan"))
+    if has_key is not None:
+        out = out.masked_fill(~has_key, 0.0)
+    return out  # (batch, heads, q_len, d_k)
 
 
 class MultiHeadAttention(nn.Module):
@@ -155,26 +179,13 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.update(k, v)  # earlier positions' keys and values + the new ones
         if mask is not None:
             check_mask(mask, (batch, self.heads, q_len, k.size(2)), "mask")
-            if mask.dim() < 4:  # e.g. a (k_len,) key mask: the fast path needs (batch|1, heads|1, q_len|1, k_len)
-                mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         p = self.dropout if self.training else 0.0
 
         weights = None
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout=p or None)
         else:
-            has_key = attn_mask = None
-            if mask is not None:
-                has_key = mask.any(dim=-1, keepdim=True)  # (batch, heads|1, q_len, 1)
-                attn_mask = mask | ~has_key  # fully masked rows: attend anywhere, zeroed below (never NaN)
-            if mask is not None:  # a NaN/inf key hidden from every query is ignored, as in the explicit path
-                hidden = ~mask.any(dim=-2).unsqueeze(-1)  # (batch|1, heads|1, k_len, 1)
-                k = k.masked_fill(hidden & ~torch.isfinite(k), 0.0)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (batch, heads, q_len, d_k)
-            # a NaN or inf query gives NaN, as in the explicit path (some fused kernels return finite numbers)
-            out = out.masked_fill(~torch.isfinite(q).all(dim=-1, keepdim=True), float("nan"))
-            if has_key is not None:
-                out = out.masked_fill(~has_key, 0.0)
+            out = fast_attention(q, k, v, mask, p)  # (batch, heads, q_len, d_k)
         if self._recorder is not None:
             record, name = self._recorder
             record.add(name, weights if weights is not None else _attention_weights(q, k, mask))

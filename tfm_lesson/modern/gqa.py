@@ -14,11 +14,10 @@ Query head ``h`` reads key/value head ``h // (heads / kv_heads)``: the key/value
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_features, check_positive_int, check_probability
-from ..attention import scaled_dot_product_attention
+from ..attention import fast_attention, scaled_dot_product_attention
 from ..masks import check_mask
 from .rotary import RotaryEmbedding
 
@@ -109,13 +108,7 @@ class GroupedQueryAttention(nn.Module):
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout=p or None)
         else:
-            has_key = attn_mask = None
-            if mask is not None:
-                has_key = mask.any(dim=-1, keepdim=True)  # fully masked query rows: output 0, never NaN
-                attn_mask = mask | ~has_key
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (batch, heads, q_len, d_k)
-            if has_key is not None:
-                out = out.masked_fill(~has_key, 0.0)
+            out = fast_attention(q, k, v, mask, p)  # (batch, heads, q_len, d_k), as the explicit path gives
         out = out.transpose(1, 2).reshape(batch, q_len, self.heads * self.d_k)  # merge heads
         return self.w_o(out), weights  # (batch, q_len, d_model)
 
