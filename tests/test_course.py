@@ -250,3 +250,12 @@ def test_execute_folds_the_solutions_it_runs(tmp_path):
     done = nbformat.read(path, as_version=4)
     assert course.is_folded(done.cells[2]) and not course.is_folded(done.cells[1])
     assert done.cells[3].outputs[0]["text"] == "3\n"
+
+
+@pytest.mark.parametrize("path", course.chapters(ROOT / "notebooks"), ids=lambda p: p.stem)
+def test_every_solution_cell_of_every_chapter_is_folded(path):
+    """JupyterLab and Notebook 7 show a folded solution as a bar: a learner must choose to look."""
+    nb = nbformat.read(path, as_version=4)
+    open_ = [i for i, c in enumerate(nb.cells) if course._is_solution(c) and not course.is_folded(c)]
+    assert not open_, (f"{path.name}: solution cells {open_} are not folded: "
+                       f"run `python -m tfm_lesson.course fold {path.relative_to(ROOT)}`")
