@@ -50,13 +50,7 @@ CPU_ENDS = {"cpu", "tolist", "item", "numpy"}
 NOT_TENSORS = {"item", "tolist", "element_size", "numel", "dim", "size", "nelement", "is_floating_point"}
 
 # (chapter stem, a line of the flagged cell): why the flagged construct is right.
-ALLOWED: dict[tuple[str, str], str] = {
-    ("09_the_transformer",
-     """print("each position's distribution sums to 1:", torch.allclose(log_probs.exp().sum(-1), torch.ones(tgt.shape)))"""):
-        "a real GPU failure (a device tensor compared with a CPU torch.ones), found by this guard and left to the "
-        "chapter's author to fix (torch.ones(tgt.shape, device=tgt.device), or compare on the CPU); "
-        "once fixed the line no longer matches and this entry does nothing: delete it",
-}
+ALLOWED: dict[tuple[str, str], str] = {}  # none today: every flagged cell was fixed in its chapter
 
 
 # nbval sanitising ----------------------------------------------------------------------------------------------------
