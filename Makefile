@@ -29,7 +29,7 @@ test-fast: setup  ## package tests only
 	$(PY) -m pytest tests -m "not browser and not slow"
 
 sync: setup  ## write each notebook from its py:percent script (keeps outputs)
-	$(VENV)/bin/jupytext --sync notebooks/*.py
+	$(VENV)/bin/jupytext --sync notebooks/py/*.py
 
 # Stored outputs are CPU outputs (nbval compares them on any machine): chapters execute on the CPU unless told,
 # e.g. `make notebooks TFM_DEVICE=cuda` (then expect `device='cuda:0'` in the stored text).

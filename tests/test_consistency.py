@@ -12,6 +12,7 @@ import jupytext
 import nbformat
 import pytest
 
+from tfm_lesson import course
 from tfm_lesson.course import SETUP_CELL, chapters, is_setup_cell
 
 from conftest import ROOT
@@ -30,8 +31,8 @@ def test_there_are_chapters():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_is_paired_and_in_sync(path):
-    script = path.with_suffix(".py")
-    assert script.exists(), f"{path.name} has no py:percent pair {script.name}"
+    script = course.paired_script(path)
+    assert script.exists(), f"{path.name} has no py:percent pair {script}"
     nb = nbformat.read(path, as_version=4)
     assert "py:percent" in nb.metadata.get("jupytext", {}).get("formats", ""), f"{path.name} is not paired"
     from_script = jupytext.read(script)

@@ -219,9 +219,10 @@ def test_setup_cell_update_keeps_the_pair_in_sync(tree, capsys):
     """Chapters written with the earlier set-up cell get the current one, in the .ipynb and the .py alike."""
     import jupytext
 
-    path, script = _chapter(tree), _chapter(tree).with_suffix(".py")
+    path, script = _chapter(tree), course.paired_script(_chapter(tree))
     legacy = course.LEGACY_SETUP_CELLS[0]
-    text = CHAPTER.with_suffix(".py").read_text()
+    text = course.paired_script(CHAPTER).read_text()
+    script.parent.mkdir(exist_ok=True)
     script.write_text(text.replace(course.SETUP_CELL.strip(), legacy.strip()))  # the earlier wording, as before
     nb = nbformat.read(path, as_version=4)
     first = next(c for c in nb.cells if c.cell_type == "code")

@@ -53,6 +53,7 @@ def is_setup_cell(source: str) -> bool:
 
 
 SOLUTION_TAG = "solution"
+SCRIPTS = "py"  # the sub-folder of notebooks/ that holds each chapter's paired .py (jupytext: ipynb,py//py:percent)
 # What a student copy puts where a solution was.
 STUDENT_STUB = ("# Your turn: complete the exercise in the cell above (keep the name it defines),\n"
                 "# then run the check below. Its message tells you what to fix.")
@@ -378,6 +379,13 @@ def restore_files(paths: list[Path], originals: Path) -> None:
         print(f"{path}: solutions restored from {source}{note}", flush=True)
 
 
+def paired_script(path: str | Path) -> Path:
+    """The jupytext py:percent script paired with chapter ``path``: ``notebooks/py/NN_name.py`` (kept in a
+    sub-folder so a learner's file browser shows each chapter once)."""
+    path = Path(path)
+    return path.parent / SCRIPTS / path.with_suffix(".py").name
+
+
 def update_setup_cell(path: Path) -> bool:
     """Replace an earlier wording of the set-up cell with :data:`SETUP_CELL` in chapter ``path`` and in its
     paired ``.py`` (same text, so the pair stays in sync); True when something changed. Idempotent."""
@@ -388,7 +396,7 @@ def update_setup_cell(path: Path) -> bool:
     if first is None or first.source.strip() == SETUP_CELL.strip() or not is_setup_cell(first.source):
         return False
     old = first.source.strip()
-    script = Path(path).with_suffix(".py")
+    script = paired_script(path)
     if script.exists():
         text = script.read_text()
         if text.count(old) != 1:
