@@ -74,7 +74,9 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # **Running cells.** Run cells from top to bottom with <kbd>Shift</kbd>+<kbd>Enter</kbd>. A chapter is written
 # to be run in order: later cells use names defined earlier. If you get lost (or edit a cell and things stop
 # making sense), use *Kernel → Restart Kernel and Run All Cells*: that is exactly how the course is tested, so
-# it always works from a fresh start. Most chapters run in under a minute on a laptop CPU; the two that train a
+# it always works from a fresh start. (Run All also runs the solution cells under the exercises, so a checker
+# then tests the reference solution, not your answer: to check your own code, run the cells one by one and skip
+# the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU; the two that train a
 # model (10 and 11) take a few minutes.
 
 # %% [markdown]
@@ -356,11 +358,12 @@ print("reshape without the transpose gives h back:", torch.equal(wrong_merge, h)
 # turns vectors back into scores for every word of the vocabulary at the top. You can already read the whole
 # story of the course in the shapes: token ids `(2, 7)` become vectors `(2, 7, 16)`, the encoder keeps that
 # shape through every layer, the
-# masks are `(2, 1, 1, 7)` for padding and `(2, 1, 5, 5)` for the decoder's causal mask, and the generator turns
+# masks are `(2, 1, 1, 7)` for padding and `(2, 1, 5, 5)` for the decoder's mask (causal combined with padding), and the generator turns
 # each target position into one score per vocabulary entry, `(2, 5, 20)`. (`src_embed` runs twice: source and
 # target share one embedding table, as in the paper; chapter 09 explains.)
 #
-# Change `max_depth` (0 shows only the model, 3 shows the linear layers inside attention), the batch size or the
+# Change `max_depth` (0 shows only the model, 3 the attention and feed-forward blocks inside each layer, 4 the
+# linear layers inside attention), the batch size or the
 # lengths, and run the cell again. In Jupyter the last expression shows as a table; `print(trace)` gives text.
 
 # %%

@@ -141,7 +141,7 @@ out_fast = attention(Q, K, V)
 #
 # `tfm_lesson.scaled_dot_product_attention(query, key, value, mask=None)` is the package's readable version; it
 # returns `(output, weights)`. PyTorch's `F.scaled_dot_product_attention` is the fused version used for speed
-# (it never hands out the weights). We compare all four on a batch of 2 sentences with 3 heads.
+# (it never hands out the weights). We compare the loop on one sentence, and the other three on a batch of 2 sentences with 3 heads.
 
 # %%
 Qb = torch.randn(2, 3, n, d_k).to(device)  # (batch, heads, q_len, d_k)
@@ -217,7 +217,7 @@ print("scaled variance within 5% of 1 for every d_k:", all(abs(sv - 1) < 0.05 fo
 # scaled one stays at 1.
 #
 # **Why a large variance hurts: the softmax saturates.** The softmax only cares about *differences* between
-# scores. When scores are spread over $\pm 30$ (that is $\sqrt{1024}$), the largest one beats the second by so
+# scores. When scores are spread over $\pm 32$ (that is $\sqrt{1024}$), the largest one beats the second by so
 # much that it takes nearly all the weight: the softmax behaves like a hard `argmax`. Worse, its gradient
 # vanishes: $\partial a_j / \partial s_i = a_j(\delta_{ij} - a_i)$ is close to 0 when one $a$ is about 1 and
 # the others about 0, so the queries and keys that produced the scores barely learn.

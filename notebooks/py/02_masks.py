@@ -336,7 +336,8 @@ print("tfm_lesson output has NaN:", bool(torch.isnan(out_pkg).any()))
 # the softmax returns the **uniform** distribution — the query silently averages everything, padding included.
 # Second, $-10^9$ is not a `float16` number: the largest magnitude `float16` can hold is 65,504. Converting
 # gives $-\infty$ (and the NaN is back), and `masked_fill` refuses outright. Mixed-precision training on a GPU
-# runs attention in `float16` or `bfloat16`, so this breaks exactly when you scale up. $-\infty$ is exact in
+# often runs attention in `float16`, so this breaks exactly when you scale up (in `bfloat16` $-10^9$ fits, but the
+# fully masked row still becomes a uniform average). $-\infty$ is exact in
 # every floating-point dtype; handle the fully masked rows explicitly, as above.
 
 # %%

@@ -194,7 +194,7 @@ print("output:", tuple(out_loop.shape))
 
 # %% [markdown]
 # This is correct, and it is how the paper writes it, but it is slow in the way GPUs hate: $h$ small matrix
-# products one after another, and the projections done in $3h$ pieces. Let us do all heads at once.
+# products one after another, and the projections done in $3h$ pieces ($Q$, $K$, $V$ for each head). Let us do all heads at once.
 #
 # ### Vectorised: split the heads into a batch dimension
 #
@@ -404,13 +404,14 @@ for n in (10, 100, 1000, 4000):
 
 # %% [markdown]
 # The loop and the vectorised version do the same arithmetic; the difference is how it is scheduled. The loop
-# issues $4h$ small matrix products per call where the vectorised version issues 4 big ones plus one batched
+# issues $3h$ projection products and $2h$ attention products, plus one $W^O$, per call where the vectorised version issues 4 big ones plus one batched
 # attention. How much that matters depends on the hardware, so the cell below prints what *your* machine
 # measures, and the ratio of the loop's time to the vectorised version's. On a GPU every small product is a
 # separate kernel launch, so the loop falls further behind there than on a CPU. The fused kernel behind
 # `tfm_lesson`'s fast path (`F.scaled_dot_product_attention`) goes further: it can compute the output without
 # ever storing the `(batch, heads, n, n)` weights. The numbers change from run to run, more so on a busy
-# machine; read them as rough.
+# machine; read them as rough. On a CPU at these sizes the three can come out about equal: the gap opens on a
+# GPU and with longer sequences.
 
 # %%
 big = MultiHeadAttention(512, 8).to(device).eval()
@@ -442,8 +443,8 @@ print(f"on this machine the loop takes {timings['loop'] / timings['vectorised']:
 # stand-in here; chapter 04 shows how the real model adds them. `tfm_lesson.toy_heads.hand_set_heads` writes the
 # weights of a `MultiHeadAttention(24, heads=3)` so that
 #
-# - **head 0** matches a query at position $p$ with the key at position $p-1$: *look at the previous word*
-#   (the query of position $p$ is the unit vector $e_p$, the key of position $j$ is $e_{j+1}$, so they match
+# - **head 0** matches a query at position $p$ with the key at position $p-1$: *look at the previous word* (position 0 has
+#   no previous word, so it looks at itself) (the query of position $p$ is the unit vector $e_p$, the key of position $j$ is $e_{j+1}$, so they match
 #   when $j = p - 1$: $W^Q \ne W^K$, an asymmetric pair);
 # - **head 1** matches a word with the same word: *find other copies of me* (here $W^Q = W^K$, and the two
 #   *the*s find each other);
@@ -575,7 +576,8 @@ check_merge_heads(merge_heads)
 # `(output, weights)`. The mask is boolean, `True` = may attend, broadcastable to
 # `(batch, heads, q_len, k_len)`. Use your `split_heads` and `merge_heads`, and write the attention itself
 # (scores, mask, softmax, weighted sum) rather than calling the package's. For the mask and the softmax, reuse
-# your safe `masked_softmax` of chapter 02's exercise 3 (the solution below copies it), so that a query with no
+# your safe `masked_softmax` of chapter 02's exercise 3 (each chapter is a fresh kernel: paste it into the cell
+# above your function; the solution below copies it), so that a query with no
 # visible key gets zeros rather than NaN. The checker tries self- and cross-attention, padding and causal masks,
 # float32 and float64.
 

@@ -255,7 +255,7 @@ print(f"R @ PE(pos) == PE(pos + {k}) for all 100 positions:", torch.allclose(mov
 # = \sum_i \cos(\omega_i k),$$
 #
 # the same for every $pos$. The matrix of all these dot products is therefore constant along each diagonal,
-# and it is largest on the main diagonal and falls off with distance.
+# and it is largest on the main diagonal and falls off with distance overall, with ripples from the faster pairs.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -316,7 +316,8 @@ widgets.positional_explorer(d_model=64, max_len=64)
 # The alternative is not to design the vectors at all: keep a trainable table with one row per position,
 # an `nn.Embedding(max_len, d_model)`, and let gradient descent fill it. BERT and GPT-2 do this. The paper tried
 # it too: in table 3, row (E), "positional embedding instead of sinusoids" reaches a perplexity of 4.92 and a
-# BLEU of 25.7 on their English→German development set (newstest2013), against 4.92 and 25.8 for the
+# BLEU of 25.7 (perplexity: how surprised the model is by the right next word, lower is better; BLEU: overlap
+# with human translations, 0–100, higher is better; chapter 11 explains both) on their English→German development set (newstest2013), against 4.92 and 25.8 for the
 # sinusoidal base model. The paper calls these "nearly identical results": the same perplexity and 0.1 BLEU
 # apart, one model of each. They kept the
 # sinusoids "because it may allow the model to extrapolate to sequence lengths longer than the ones

@@ -534,7 +534,7 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 # ### One optimiser step
 #
 # Gradients at initialisation are half of the story; what an update *does* is the other half. Adam's very
-# first step is exactly $-\text{lr}\cdot\mathrm{sign}(g)$ for every parameter (its moment estimates are
+# first step is $-\text{lr}\cdot g/(|g|+\epsilon)$, almost exactly $-\text{lr}\cdot\mathrm{sign}(g)$, for every parameter (its moment estimates are
 # then $g$ and $g^2$), whatever the gradient's size; we check that claim against `torch.optim.Adam` once,
 # then take that step ($\text{lr} = 10^{-3}$, no warm-up) on the same read-out loss, for stacks of 2 to 16
 # layers, and measure
@@ -644,6 +644,7 @@ depth_explorer(max_layers=24, layers=8)
 # **Difficulty** 2/3 · **Importance** 1/3 · **Time** ~15 min
 #
 # Use `depth_statistics(encoder_stack(L, norm_first), x)` for $L = 2, 6, 12, 24$ and both placements and
-# plot, against $L$, the ratio of post-norm's to pre-norm's gradient norm at the top layer. Then try
+# plot, against $L$, the ratio of post-norm's to pre-norm's gradient norm at the top layer
+# (`s['gradient_norm'][-1]`, the top layer's parameter-gradient norm). Then try
 # $d_{\text{model}} = 64$ (`encoder_stack(L, norm_first, d_model=64, d_ff=128)`, with a matching `x`).
 # Does the gap grow with depth? With width?

@@ -224,7 +224,7 @@ print("with ReLU it is not:                     ",
 # and most since) use **GELU**, $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
 # $z$ weighted by the probability that a standard normal variable is below it. It is smooth, close to ReLU
 # for large $|z|$, slightly negative for $z < 0$ (minimum $\approx -0.17$ at $z \approx -0.75$). Its slope,
-# $\Phi(z) + z\,\varphi(z)$, is positive right of that minimum, negative left of it, and zero at it; far to
+# $\Phi(z) + z\,\varphi(z)$ ($\varphi$ the standard normal density), is positive right of that minimum, negative left of it, and zero at it; far to
 # the left it fades towards zero, and in float32 it is exactly 0 from about $z = -10$ on (the cell below
 # prints it). ReLU's slope is 0 for *every* negative input, so a unit whose pre-activation is negative for all
 # inputs gets no gradient at all (a "dead" unit); GELU still passes a small gradient over the moderately

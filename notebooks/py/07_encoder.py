@@ -224,7 +224,8 @@ print("parameters per layer:", T.count_parameters(encoder.layers[0]), " stack:",
 # `in_proj_weight`; we keep them apart, as the paper names them). Two differences in convention need care:
 #
 # - **mask polarity**: torch's `src_key_padding_mask` is `True` where a key is *blocked*, ours is `True`
-#   where a key *may be attended*: pass `~mask`, shaped `(batch, n)`;
+#   where a key *may be attended*: pass `~mask` reduced to `(batch, n)`, which `T.torch_mask(src_mask)[:, 0, 0, :]`
+#   gives;
 # - **the final norm**: `nn.TransformerEncoder(layer, N, norm=...)` takes an optional final LayerNorm, and
 #   `nn.Transformer` always gives it one, even in post-norm; `from_torch` sets `final_norm=True` when it is
 #   there.
@@ -442,7 +443,7 @@ check_encoder(MyEncoder)
 # `T.from_torch` did the copying for us. Write `load_encoder_layer(ours, theirs)` that copies the weights of
 # `theirs`, an `nn.TransformerEncoderLayer`, into `ours`, a `T.EncoderLayer` of the same sizes, in place.
 # Look at `theirs.self_attn.in_proj_weight` (shape $(3 d_\text{model}, d_\text{model})$: which rows are
-# $W^Q$?), `theirs.self_attn.out_proj`, `theirs.linear1`, `theirs.linear2`, `theirs.norm1`, `theirs.norm2`,
+# $W^Q$?) and `theirs.self_attn.in_proj_bias` (split in three the same way), `theirs.self_attn.out_proj`, `theirs.linear1`, `theirs.linear2`, `theirs.norm1`, `theirs.norm2`,
 # and remember that writing into a parameter needs `torch.no_grad()`.
 
 # %%

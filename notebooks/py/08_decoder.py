@@ -220,8 +220,8 @@ print("parameters per decoder layer:", T.count_parameters(decoder.layers[0]),
 #
 # ## Check it against PyTorch
 #
-# `nn.TransformerDecoderLayer(x, memory, tgt_mask=..., memory_mask=..., tgt_key_padding_mask=...,
-# memory_key_padding_mask=...)` splits the masks differently and uses the opposite polarity (True = blocked):
+# A `nn.TransformerDecoderLayer` instance, called as `layer(x, memory, tgt_mask=..., memory_mask=...,
+# tgt_key_padding_mask=..., memory_key_padding_mask=...)`, splits the masks differently and uses the opposite polarity (True = blocked):
 #
 # | ours (True = may attend) | torch (True = blocked) |
 # |---|---|
@@ -316,7 +316,7 @@ viz.show_heads(record.get(kind="decoder", layer=0)[0], x_tokens=tgt_tokens, y_to
 #
 # The explorer starts on **cross**-attention: type a source and a target (words of the small vocabulary;
 # others become `<unk>`), then pick a layer and a head, or switch the kind to the encoder's or the decoder's
-# self-attention. Leave the target empty and the (untrained, so meaningless) model's own greedy output is used.
+# self-attention. Leave the target empty and the (untrained, so meaningless) model's own output is used, picking the likeliest token at each step (greedy decoding, chapter 10).
 # Outside a live notebook you see the starting state as a static figure.
 
 # %%

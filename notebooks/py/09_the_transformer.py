@@ -65,9 +65,9 @@ print("running on", device.type)
 # 3. **generator**: a linear map to the vocabulary and a softmax → a distribution over the next token at
 #    every target position, $(\text{batch}, t, V)$.
 #
-# Only steps 1 and 3 are new. They carry most of the parameters, though: a vocabulary of 37,000 tokens at
-# $d_\text{model} = 512$ is a $37{,}000 \times 512$ matrix, 19 million numbers, which is why the paper uses
-# one matrix for all three roles.
+# Only steps 1 and 3 are new. They add many parameters, though: a vocabulary of 37,000 tokens at
+# $d_\text{model} = 512$ is a $37{,}000 \times 512$ matrix, 19 million numbers (30% of the base model even
+# when shared), which is why the paper uses one matrix for all three roles.
 #
 # ## The math (paper, sections 3.4 and 3.5)
 #
@@ -140,7 +140,8 @@ print("generator(h) == h @ E^T:", torch.allclose(generator(h), h @ embedding.wei
 # ### The generator: logits, softmax, log-softmax
 #
 # The paper's generator ends in a softmax. In code the softmax is usually left to the loss: the generator of
-# `T.Transformer` returns **logits** $hE^\top$, and `F.cross_entropy` applies log-softmax itself, in one
+# `T.Transformer` returns **logits** $hE^\top$ (the raw scores before the softmax), and `F.cross_entropy` (the
+# training loss of chapter 10: the average of $-\log p$ of the right token) applies log-softmax itself, in one
 # numerically stable step. A stand-alone generator that returns probabilities should return their *logarithm*
 # (`log_softmax`): it never underflows to $\log 0 = -\infty$ the way `softmax(...).log()` does for unlikely
 # tokens.

@@ -268,7 +268,8 @@ viz.plot_lines({"d_model=512, warmup=4000 (paper)": [rate(s, 512, 4000) for s in
 # %% [markdown]
 # PyTorch applies a schedule with `LambdaLR(optimizer, f)`: before each step it sets the rate to the base rate
 # times `f(index)`, with an index that starts at **0**. So the optimiser gets a base rate of 1.0 and
-# `f = lambda index: noam_rate(index + 1, d_model, warmup)` — forget the `+ 1` and the first step divides by zero.
+# `f = lambda index: noam_rate(index + 1, d_model, warmup)` — forget the `+ 1` and the schedule runs one step late (or, with an unguarded `noam_rate`, the first step
+# divides by zero).
 # Our runs are a few hundred steps, not 100,000, so we use a short warm-up and multiply the whole curve by a
 # factor chosen so that its top (at step `warmup`) is the peak rate we want.
 #
@@ -547,8 +548,8 @@ verdict.figure
 # *ninety-seven* comes out right, and so do all 1,000 test numbers. But look at the smallest numbers: of 0–99,
 # the line above shows 91% right, and two of the examples fail — *eighty* comes out as *quatre-vingt-*, with a
 # hyphen as if a unit had to follow (as in *quatre-vingt-dix-sept*), and *eleven* comes out empty. The reason is
-# how rarely the model met them. There are only 100 numbers below 100 at all, so they are 100 of the 50,000
-# training pairs, and 400 steps of 128 pairs are about one pass over the training set: the model has seen each
+# how rarely the model met them. There are only 100 numbers below 100 at all, so they are about 96 of the 50,000
+# training pairs (the others fell into validation and test), and 400 steps of 128 pairs are about one pass over the training set: the model has seen each
 # of them about once, against thousands of long numbers. The test set, split off at random, holds about two of
 # them, so its 100% says nothing about them: **a test score measures the distribution the test set was drawn
 # from**, and a skill that distribution rarely asks for goes unmeasured. Would training longer fix it, or

@@ -144,7 +144,8 @@ verdict.figure
 # ## Beam search
 #
 # Greedy decoding commits to the most probable word at each step. But the most probable *sentence*
-# $\arg\max_y \log p(y \mid x) = \sum_i \log p(y_i \mid y_{<i}, x)$ can start with a less probable word.
+# $\arg\max_y \log p(y \mid x)$, where $\log p(y \mid x) = \sum_i \log p(y_i \mid y_{<i}, x)$, can start with a less
+# probable word.
 # **Beam search** keeps the $k$ best prefixes (the *beam*) instead of one: at each step it extends each by
 # every word, scores each extension by its total log-probability, and keeps the $k$ best. A prefix that
 # produced `</s>` is finished; it stays in the beam, unchanged. At the end, the winner maximises

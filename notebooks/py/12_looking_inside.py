@@ -58,8 +58,9 @@ print("running on", device.type)
 # ## A model to look at
 #
 # Numbers from 0 to 999,999 written in English words, with their French translation (generated with
-# `num2words`; 50,000 for training, 1,000 held out for validation and 1,000 for test; as in chapter 10, every
-# count of digits is equally likely, so small numbers are not rare). French reorders and
+# `num2words`; 50,000 for training, 1,000 held out for validation and 1,000 for test; as in chapter 10, the number of
+# digits is drawn first, so short numbers are far more common than with uniform draws, though 0–99 stay rare:
+# about 100 of 50,000). French reorders and
 # merges: *ninety-seven* is *quatre-vingt-dix-sept* ("four-twenty-ten-seven"), *one thousand* is *mille*
 # without the "one". The model: $d_\text{model} = 64$, 4 heads, 2 + 2 layers, trained for a fixed 400 steps
 # with chapter 10's recipe (it prints a line after each validation).
@@ -430,6 +431,6 @@ T.quiz.show("12")
 #   pointer (0) and average (1).
 # - A forward pre-hook on `w_o` zeroes one head's slice of the concatenated heads: an exact, reversible
 #   ablation.
-# - Most single heads are redundant, a few are essential; sharp attention is not the same as necessary
+# - A few heads cost nothing when switched off, many cost a little, and a few are essential; sharp attention is not the same as necessary
 #   attention. A rank correlation over a few dozen heads is sturdier than Pearson's $r$, but with so few
 #   points either is a hint, to be checked by intervention.

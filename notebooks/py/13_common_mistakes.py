@@ -390,7 +390,8 @@ fig
 # The decoder's mask lets query $i$ see keys $0..i$: the lower triangle **with** the diagonal, `tril()`.
 # `tril(1)` lets it also see key $i+1$, the very token it has to predict. Teacher forcing makes this
 # dramatic: the training loss collapses, because the model just copies the next input, and at inference,
-# where the next token does not exist yet, it has learned nothing. We measure this below with a real
+# where the next token does not exist yet, it has learned little (below: a greedy copy accuracy of 0.22,
+# against 0.98 for the correct mask). We measure this below with a real
 # training run.
 
 # %%
@@ -864,7 +865,7 @@ widgets.mask_explorer(lengths=(6, 4), causal=True)
 # ### Exercise 1: attention without NaN on fully masked rows
 # **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
 #
-# Fix `attention_neg_inf` so that a query with no visible key gets an all-zero output instead of NaN, in
+# Write `my_attention`: a fixed `attention_neg_inf` (which returns only the output) so that a query with no visible key gets an all-zero output instead of NaN, in
 # every float dtype (hint: `mask.any(-1, keepdim=True)`). Return `(output, weights)`, with or without a mask.
 
 # %%

@@ -508,9 +508,11 @@ for name, kwargs in [("greedy (temperature 0)", dict(temperature=0)),
 # %% [markdown]
 # Greedy decoding always takes the likeliest token, and the same prompt always gives the same text, which
 # often falls into a loop. A high temperature gives the tail a chance, and with it spelling mistakes and
-# invented words. Top-k and top-p remove the tail and keep the variety of sampling.
+# invented words. Top-k and top-p cut off only the rarest tokens and keep the variety of sampling; a model
+# trained for less than a minute still misspells with them, as the samples above show.
 #
-# The same text with and without the cache of keys and values (chapter 15 explains it): `generate` reuses the
+# `complete` (through `GPT.generate`) has used a cache of keys and values all along (chapter 15 explains it).
+# The same text with and without that cache: `generate` reuses the
 # keys and values of earlier positions instead of recomputing them, and must produce the same tokens.
 
 # %%
@@ -537,7 +539,9 @@ widgets.sampling_widget(model, tokenizer, "The small", max_new_tokens=40)
 # - Train on your own text: `load_corpus(path="my_text.txt")`, or from a terminal
 #   `python -m tfm_lesson.train --text my_text.txt --minutes 5`, then
 #   `python -m tfm_lesson.generate runs/lm/lm.pt "Once upon"`.
-# - Tokenizer size: a vocabulary of 300 or 2,000 instead of 512. Shorter tokens make longer sequences (more
+# - Tokenizer size: a vocabulary of 300 or 1,000 instead of 512 (this corpus has too few distinct words for
+#   much more: training stops when no pair occurs twice), with the model rebuilt to match, e.g.
+#   `GPTConfig(vocab_size=len(tokenizer), ...)`. Shorter tokens make longer sequences (more
 #   steps of work per sentence), longer tokens make a bigger embedding table.
 
 # %% [markdown]

@@ -17,8 +17,8 @@
 # %% [markdown]
 # # 15 · Fast generation: the KV cache
 #
-# A language model writes one token at a time. So far every new token ran the model over the **whole**
-# sequence again: the prompt and every token generated before. This chapter shows that almost all of that
+# A language model writes one token at a time. The decoding of chapters 10–13 ran the model over the **whole**
+# sequence again for every new token (chapter 14's `generate` used a cache without explaining it): the prompt and every token generated before. This chapter shows that almost all of that
 # work is a repetition, keeps the part that can be kept — the **keys and values** of the earlier
 # positions — and measures what it buys.
 #
@@ -30,8 +30,8 @@
 # - proof that cached and uncached generation give the **same tokens** (greedy, sampling, beam search,
 #   decoder-only and encoder-decoder);
 # - the time per generated token against its position, with and without the cache (flat against growing),
-#   tokens per second, and the cache's memory: $2 \times \text{layers} \times \text{heads} \times d_k \times
-#   \text{length} \times \text{bytes}$, checked against the real tensors.
+#   tokens per second, and the cache's memory: $2 \times \text{layers} \times \text{batch} \times \text{heads} \times
+#   d_k \times \text{length} \times \text{bytes}$, checked against the real tensors.
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
@@ -162,7 +162,8 @@ print("step by step with a cache == one causal pass:", torch.allclose(by_step.cp
 # value so far, `len(cache)` is the number of positions stored (the offset of the next one). Instead of a
 # `torch.cat` per step, which copies the whole cache into a new tensor every time, it writes the new positions
 # into a buffer reserved in advance and doubles the buffer when it is full. `T.MultiHeadAttention` takes it as
-# `cache=`:
+# `cache=`. (Its printout says `kv_heads`: the heads that keys and values have, equal to `heads` here; chapter 16
+# makes them fewer.)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -313,7 +314,8 @@ plt.show()
 
 # %% [markdown]
 # Read the figure from left to right. Without the cache the time per token grows with the position: each
-# step redoes every earlier position, so the line rises roughly in proportion to the length. With the cache
+# step redoes every earlier position, so the line rises roughly in proportion to the length (the steps and dips along it come from the CPU
+# switching kernels and caches at certain sizes; the trend is what matters). With the cache
 # it stays nearly flat: one position per step through the layers, plus attention over the cached keys,
 # which grows too but slowly at these lengths. The table above turns the same step times into tokens per
 # second (N tokens over the summed step times of the first N); compare its last column at 32 and at 512

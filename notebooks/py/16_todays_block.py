@@ -603,7 +603,7 @@ for name in [*gpt2_configs, *llama_configs]:
 print("all six models: the course's logits equal transformers' within 1e-4:", all(d <= 1e-4 for d in model_diffs.values()))
 
 # %% [markdown]
-# What `from_hf` read from the last Llama config, and what it built:
+# What `from_hf` read from the second Llama config (6 heads / 2 key-value heads, theta 5e5), and what it built:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -650,7 +650,7 @@ print(f"parameters: course {count(ours_meta):,}, transformers {count(theirs_meta
 # ### Optional: real pretrained weights (needs the network)
 #
 # Everything above used random weights. Where the network is reachable (on Colab this cell runs by itself;
-# locally, start Jupyter with `HF_HUB_OFFLINE=0` and set `RUN_PRETRAINED = True`), this cell downloads GPT-2
+# locally, start Jupyter with `HF_HUB_OFFLINE=0` and change this cell's first line to `RUN_PRETRAINED = True`), this cell downloads GPT-2
 # (124M parameters, about 550 MB) and SmolLM2-135M (about 270 MB), converts each with `from_hf`, and lets
 # the course's model continue a sentence. It is skipped offline and when the tests run the chapter.
 
@@ -681,7 +681,7 @@ else:
 # ## Does it help? An ablation on chapter 14's language model
 #
 # An **ablation** changes one thing at a time and measures. Here: start from the 2017 block (post-norm,
-# sinusoidal positions, ReLU, biases, multi-head attention) and add the changes one by one, in the order of
+# learned positions, ReLU, biases, multi-head attention) and add the changes one by one, in the order of
 # this chapter, until you reach today's block. Every variant trains on chapter 14's corpus with the same
 # budget: the same number of optimiser steps on the same batches, from the same seeds. (The same number of
 # steps rather than the same seconds: on a shared CPU a time budget would mostly measure what else the
@@ -694,6 +694,9 @@ else:
 # its 95% confidence interval (Student's t: with three seeds, 4.3 times the standard error, the spread of the
 # differences divided by $\sqrt{3}$). A change is **inside the noise** when that interval contains 0: three
 # seeds cannot tell whether it helps or hurts.
+#
+# The ablation trains its own smaller tokenizer (384 tokens, on 50,000 characters), so its losses do not
+# compare with chapter 14's perplexity; they compare with each other.
 #
 # One departure from the paper: the 2017 block here uses *learned* position vectors, not sinusoids. Like
 # GPT-2, the course's `GPT` does not multiply its embeddings by $\sqrt{d_{model}}$, so its token vectors start
@@ -928,7 +931,7 @@ T.quiz.show("16")
 # ## Summary
 #
 # - **Pre-norm + a final norm**: $x + \mathrm{sublayer}(\mathrm{norm}(x))$ keeps a clean residual path; the
-#   stream grows through the stack, and one norm after the last block brings it back.
+#   stream's scale drifts through the stack, and one norm after the last block rescales it to RMS ≈ 1.
 # - **RMSNorm** $= \gamma \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$: layer norm's re-scaling without
 #   the re-centring and without the shift; equal to `torch.nn.RMSNorm`.
 # - **RoPE** rotates each query and key pair by position $\times\ \theta_i$; the score then depends on

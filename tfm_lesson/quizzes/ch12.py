@@ -51,7 +51,7 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="Over 24 heads, Pearson's r between entropy and damage is −0.4, but two heads alone carry most of the "
+        prompt="Over 24 heads, Pearson's r between entropy and damage is −0.27, but two heads alone carry most of the "
                "damage. Why also report Spearman's rank correlation?",
         options=[
             "Because Spearman's is always larger.",
