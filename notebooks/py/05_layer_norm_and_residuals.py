@@ -448,7 +448,7 @@ T.quiz.show("05")
 #   paper's.
 # - The optional part below measures what the placement does in a 24-layer stack: post-norm's gradients are
 #   larger and more uneven, and one optimiser step moves a deep post-norm stack's output more, which is why
-#   it is trained with a learning-rate warm-up.
+#   it is trained with a learning-rate warm-up (the learning rate starts tiny and ramps up; chapter 10).
 #
 # Next, chapter 06: the other sub-layer, the position-wise feed-forward network.
 
@@ -522,7 +522,7 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 #    carried down the clean identity path, plus one term for every branch above it
 #    ($\partial x_L/\partial x_l = I + \dots$). Such terms could in principle cancel part of it ($I + J$ can
 #    shrink a vector), but here they add up: the gradient grows toward the bottom, to 1.8 times the top's. In post-norm it must pass through
-#    the Jacobian of a layer norm twice per layer, which projects out the direction of the mean and rescales
+#    the Jacobian of a layer norm (the matrix of its partial derivatives) twice per layer, which projects out the direction of the mean and rescales
 #    by $1/\sigma$; it never gains and sinks to about 0.8 of the top's in the middle of the stack. Mild
 #    here, because our sub-layers start small compared with the stream, but nothing in post-norm protects
 #    the path the way pre-norm's identity does.

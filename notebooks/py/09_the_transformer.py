@@ -361,7 +361,7 @@ widgets.attention_explorer(model, vocab, vocab, source="the cat sat on the mat",
 # ### Exercise 1: scaled embeddings
 # **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~5 min
 #
-# Write `Embeddings(vocab, d_model)`, an `nn.Module` holding one `nn.Embedding` called `embedding`, whose
+# Write `Embeddings(vocab, d_model)` (`vocab`: the vocabulary size, an int), an `nn.Module` holding one `nn.Embedding` called `embedding`, whose
 # `forward(tokens)` maps ids $(\text{batch}, n)$ to $(\text{batch}, n, d_\text{model})$ vectors multiplied by
 # $\sqrt{d_\text{model}}$.
 

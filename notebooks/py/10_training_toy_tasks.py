@@ -478,7 +478,9 @@ verdict.figure
 #
 # ### Held-out test sequences
 #
-# Exact match is the share of test sequences reversed **perfectly** — every symbol, the right length. First,
+# Exact match is the share of test sequences reversed **perfectly** — every symbol, the right length (BLEU and
+# chrF, printed beside it, give partial credit for word and character overlaps, 0–100; chapter 11 explains
+# both). First,
 # your `greedy_decode` against the package's on all 1,000 test sequences:
 
 # %%

@@ -120,7 +120,7 @@ widgets.attention_explorer(model, data.src_vocab, data.tgt_vocab,
 test_batch = next(batches(data.test[:64], data.src_vocab, data.tgt_vocab, batch_size=64, shuffle=False,
                           device=device))
 with torch.no_grad(), T.record_attention(model) as record:
-    model(test_batch.src, test_batch.tgt_in)
+    model(test_batch.src, test_batch.tgt_in)  # tgt_in = tgt[:, :-1], the decoder input (shift_targets, chapter 10)
 src_mask = model.make_src_mask(test_batch.src)             # (batch, 1, 1, s)
 tgt_mask = model.make_tgt_mask(test_batch.tgt_in)          # (batch, 1, t, t)
 real_src = test_batch.src != 0                            # (batch, s) real source queries

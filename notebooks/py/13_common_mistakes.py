@@ -33,7 +33,7 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # **What you will learn**
 #
 # - why these bugs hide: most of them keep every shape right, and many only show on a corner case
-#   (a fully masked row, float16, a query length different from the number of heads);
+#   (a fully masked row, float16, a mask that lets each position see only itself);
 # - fifteen classic mistakes, each with its smallest reproduction, its symptom and the checker whose hint
 #   names it;
 # - one of them (a causal mask off by one) trained for a few hundred steps next to the correct model: the
@@ -983,7 +983,7 @@ tfm_lesson.quiz.show("13")
 # - Most from-scratch bugs keep every shape right and still train; "the loss goes down" proves nothing.
 #   Parity with a reference on the same weights, including corner cases, does.
 # - The corner cases that expose them: several heads ($\sqrt{d_{model}}$ vs $\sqrt{d_k}$), query $\ne$ key
-#   (the wrong projection), a query length $\ne$ the number of heads (the missing transpose), fully masked
+#   (the wrong projection), a mask that lets each position see only itself (the missing transpose: positions leak into each other), fully masked
 #   rows (NaN), float16 (`-1e9`), comparing positions within a sequence (positions on the batch axis), a small
 #   variance (eps), gradients rather than outputs (`deepcopy`), and actually passing a mask (`if mask:`,
 #   `maks`).
