@@ -637,9 +637,10 @@ print(hint_of(lambda: check_positional_encoding(PositionsAlongBatch)))
 #
 # `residual = copy.deepcopy(x)` looks like a careful way to keep the input. But a deep copy of a tensor is
 # a new tensor **outside the autograd graph**: the output is the same number, the gradient through the
-# residual path is gone (and for a tensor that is itself the result of an operation, `deepcopy` raises).
-# The residual connection exists precisely to carry gradients, so the model trains like a deep network
-# without shortcuts.
+# residual path is gone. Inside a real model every layer's input is the result of an operation, and there
+# `deepcopy` raises instead; where it does run (on a leaf tensor, as below) it silently cuts the gradient, as
+# `x.detach()` or `x.data` would anywhere. The residual connection exists precisely to carry gradients: a
+# model whose residuals are cut that way trains like a deep network without shortcuts.
 
 # %%
 # NBVAL_CHECK_OUTPUT
