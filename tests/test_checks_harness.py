@@ -193,9 +193,10 @@ def causal_with_device(tokens: torch.Tensor) -> torch.Tensor:
     return torch.ones(tokens.size(1), tokens.size(1), dtype=torch.bool, device=tokens.device).tril()
 
 
-def test_a_tensor_built_without_device_is_caught_without_a_gpu() -> None:
+def test_a_tensor_built_without_device_is_caught_with_or_without_a_gpu() -> None:
     tokens = torch.tensor([[3, 4, 0]])
-    with pytest.raises(Mistake, match="returns a tensor on cpu when `tokens` is on meta: build new tensors on `tokens.device`"):
+    where = "cuda" if torch.cuda.is_available() else "meta"  # the GPU when there is one, else shapes only
+    with pytest.raises(Mistake, match=f"returns a tensor on cpu when `tokens` is on {where}: build new tensors on `tokens.device`"):
         check_device_placement(causal_without_device, tokens, what="your causal mask")
     check_device_placement(causal_with_device, tokens, what="your causal mask")
 
@@ -260,7 +261,11 @@ def test_check_on_device_compares_on_the_cpu_and_names_device_slips() -> None:
         def forward(self, x):
             return x + torch.ones(x.shape[-1])
 
-    check_on_device(FixedDevice(), x, expected=x + 1, what="your module")  # a CPU-only machine: nothing to do
+    if torch.cuda.is_available():  # the chapter's device is the GPU: the slip shows there
+        with pytest.raises(Mistake, match="mixes tensors on two devices"):
+            check_on_device(FixedDevice(), x, expected=x + 1, what="your module")
+    else:  # a CPU-only machine: nothing to do
+        check_on_device(FixedDevice(), x, expected=x + 1, what="your module")
     with pytest.raises(Mistake, match="mixes tensors on two devices"):
         check_on_device(FixedDevice(), x, expected=x + 1, what="your module", device="meta")
     check_on_device(layer, x, expected=layer(x), what="your layer", device="meta")  # shapes only on meta

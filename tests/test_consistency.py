@@ -100,3 +100,18 @@ def test_readme_lists_every_chapter_and_the_two_commands():
     for path in NOTEBOOKS:
         assert path.name in readme, f"README does not list {path.name}"
     assert "make course" in readme and "make test" in readme
+
+
+def test_ci_tests_the_oldest_torch_and_python_the_project_claims():
+    """pyproject's floors (requires-python, torch>=X.Y) are what .ci/run sets up for its oldest environment, so a
+    claim nobody tests fails here."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    python_floor = re.fullmatch(r">=\s*(\d+\.\d+)", project["requires-python"]).group(1)
+    torch_floor = next(re.search(r">=\s*(\d+\.\d+)", d).group(1) for d in project["dependencies"]
+                       if re.match(r"torch\b", d))
+    ci = (ROOT / ".ci" / "run").read_text()
+    setups = re.findall(r'^setup_python (\S+) "torch==(\d+\.\d+)\.\d+"', ci, flags=re.M)
+    assert (python_floor, torch_floor) in setups, (
+        f"pyproject claims Python >={python_floor} and torch>={torch_floor}; .ci/run sets up {setups}")
+    tests = re.findall(r'^package_tests (\S+) "torch==(\d+\.\d+)\.\d+"', ci, flags=re.M)
+    assert (python_floor, torch_floor) in tests, f".ci/run tests {tests}"
