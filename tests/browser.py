@@ -12,8 +12,10 @@
 ``jupyter_lab`` starts ``jupyter lab`` from this Python on 127.0.0.1, on a free port, with a random token,
 ``--allow-root`` when running as root, no browser, and private runtime/config/settings/workspace
 directories (so nothing of the user's is read or written); it waits until the server answers and stops
-it (the whole process group) on exit. ``chromium_page`` drives the system Chromium (``/usr/bin/chromium``,
-or ``$CHROMIUM``) through the ``playwright`` package, with no browser download.
+it (the whole process group) on exit. ``jupyter_server`` does the same for any Jupyter server application
+(``notebook`` for Notebook 7), with given user settings and environment variables. ``chromium_page`` drives
+the system Chromium (``/usr/bin/chromium``, or ``$CHROMIUM``) through the ``playwright`` package, with no
+browser download.
 """
 from __future__ import annotations
 
@@ -99,10 +101,26 @@ class JupyterServer:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+# Settings a server starts with, as {"<package>:<plugin>": {setting: value}} (the keys of overrides.json).
+NO_NEWS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+
+
 @contextmanager
 def jupyter_lab(root_dir: str | Path, timeout: float = 120.0, extra_args: tuple[str, ...] = ()
                 ) -> Iterator[JupyterServer]:
-    """Run JupyterLab serving ``root_dir`` for the duration of the block."""
+    """Run JupyterLab serving ``root_dir`` for the duration of the block, with no news pop-up (it would cover
+    part of the page in screenshots)."""
+    with jupyter_server("jupyterlab", root_dir, timeout, extra_args, settings=NO_NEWS) as server:
+        yield server
+
+
+@contextmanager
+def jupyter_server(app: str, root_dir: str | Path, timeout: float = 120.0, extra_args: tuple[str, ...] = (),
+                   settings: dict[str, dict] | None = None, env: dict[str, str] | None = None
+                   ) -> Iterator[JupyterServer]:
+    """Run the Jupyter server application ``python -m app`` (``jupyterlab``, ``notebook``) serving ``root_dir``
+    for the duration of the block: 127.0.0.1, a free port, a random token, private runtime/config/settings/
+    workspace directories, the user settings ``settings`` and the environment variables ``env`` added."""
     root_dir = Path(root_dir).resolve()
     port, token = free_port(), secrets.token_hex(16)
     private = Path(tempfile.mkdtemp(prefix="tfm-jupyter-"))
@@ -112,13 +130,14 @@ def jupyter_lab(root_dir: str | Path, timeout: float = 120.0, extra_args: tuple[
            "JUPYTERLAB_SETTINGS_DIR": str(private / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(private / "workspaces"),
            "IPYTHONDIR": str(private / "ipython"),
-           "PYTHONUNBUFFERED": "1"}
-    # No news pop-up (it would cover part of the page in screenshots).
-    settings = private / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                           "checkForUpdates": False}))
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+           "PYTHONUNBUFFERED": "1",
+           **(env or {})}
+    for plugin, values in (settings or {}).items():
+        package, name = plugin.split(":")
+        path = private / "settings" / package / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    cmd = [sys.executable, "-m", app, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            "--port-retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}", *extra_args]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
@@ -131,13 +150,13 @@ def jupyter_lab(root_dir: str | Path, timeout: float = 120.0, extra_args: tuple[
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with {process.returncode}:\n{server.log_text()[-3000:]}")
+                raise RuntimeError(f"{app} exited with {process.returncode}:\n{server.log_text()[-3000:]}")
             try:
                 server.api("status")
                 break
             except (urllib.error.URLError, ConnectionError, OSError):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"JupyterLab did not answer within {timeout:.0f} s:\n"
+                    raise TimeoutError(f"{app} did not answer within {timeout:.0f} s:\n"
                                        f"{server.log_text()[-3000:]}")
                 time.sleep(0.3)
         yield server

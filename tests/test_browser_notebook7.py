@@ -9,22 +9,14 @@ JupyterLab the same copy opens with the same cells folded.
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
-import shutil
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.error
 from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from browser import (ROOT, JupyterServer, _stop, browser_missing, chromium_page, free_port, jupyter_lab, screenshot)
+from browser import ROOT, browser_missing, chromium_page, jupyter_lab, jupyter_server, screenshot
 from tfm_lesson import course
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")]
@@ -43,50 +35,16 @@ ERRORS = f"""() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output'
         .test(e.textContent)).map(e => e.textContent.slice(0, 500))"""
 
 
+# JupyterLab 4 and Notebook 7 put only the cells in view into the page; the tests count every cell.
+NO_WINDOWING = {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}}
+
+
 @contextmanager
 def notebook7(root_dir: Path, timeout: float = 120.0):
     """`jupyter notebook` (Notebook 7) serving ``root_dir`` on 127.0.0.1 with private settings; stopped on exit."""
     pytest.importorskip("notebook", reason="Notebook 7 is not installed (pip install notebook)")
-    port, token = free_port(), secrets.token_hex(16)
-    private = Path(tempfile.mkdtemp(prefix="tfm-nb7-"))
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(private / "runtime"), "JUPYTER_CONFIG_DIR": str(private / "config"),
-           "JUPYTERLAB_SETTINGS_DIR": str(private / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(private / "ws"),
-           "IPYTHONDIR": str(private / "ipython"), "PYTHONUNBUFFERED": "1", "TFM_DEVICE": "cpu"}
-    cmd = [sys.executable, "-m", "notebook", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root_dir}"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")
-    _all_cells_in_the_page(private / "settings")
-    log = private / "notebook.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(cmd, cwd=root_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    server = JupyterServer(f"http://127.0.0.1:{port}/", token, root_dir, process, log)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"jupyter notebook exited with {process.returncode}:\n{server.log_text()[-3000:]}")
-            try:
-                server.api("status")
-                break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                assert time.monotonic() < deadline, f"Notebook 7 did not answer:\n{server.log_text()[-3000:]}"
-                time.sleep(0.3)
+    with jupyter_server("notebook", root_dir, timeout, settings=NO_WINDOWING, env={"TFM_DEVICE": "cpu"}) as server:
         yield server
-    finally:
-        _stop(process)
-        shutil.rmtree(private, ignore_errors=True)
-
-
-NO_WINDOWING = {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}}
-
-
-def _all_cells_in_the_page(settings_dir: Path) -> None:
-    """JupyterLab 4 and Notebook 7 put only the cells in view into the page; the tests count every cell."""
-    tracker = settings_dir / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
-    tracker.parent.mkdir(parents=True, exist_ok=True)
-    tracker.write_text(json.dumps(NO_WINDOWING["@jupyterlab/notebook-extension:tracker"]))
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ._io import atomic_open
 
 # The one setting every Colab link, the book's launch buttons and the set-up cell are built from.
 REPOSITORY = "tfm-lesson/tfm_lesson"
@@ -80,26 +81,8 @@ def write_notebook(nb: Any, path: str | Path) -> None:
     text = nbformat.writes(nbformat.from_dict(nb))
     if not text.endswith("\n"):
         text += "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        else:
-            os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    with atomic_open(target, "w") as f:
+        f.write(text)
 
 
 def colab_url(notebook: str | Path) -> str:
@@ -401,22 +384,11 @@ def update_setup_cell(path: Path) -> bool:
         text = script.read_text()
         if text.count(old) != 1:
             raise CourseError(f"{script}: the set-up cell is not there as in {path}: sync the pair first")
-        _write_text_atomic(script, text.replace(old, SETUP_CELL.strip()))
+        with atomic_open(script, "w") as f:
+            f.write(text.replace(old, SETUP_CELL.strip()))
     first.source = SETUP_CELL
     write_notebook(nb, path)
     return True
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # the book ------------------------------------------------------------------------------------------------------------
