@@ -184,13 +184,14 @@ def test_boolean_config_fields_refuse_strings_and_ints(field, value):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 @pytest.mark.parametrize("masked", [False, True])
-def test_nan_and_inf_propagate_through_the_fast_path_as_through_the_explicit_one(bad, masked):
+def test_nan_and_inf_propagate_through_the_fast_path_as_through_the_explicit_one(device, bad, masked):
     """The fused kernel returned finite numbers for a NaN or -inf query, where the explicit path and
-    nn.MultiheadAttention give NaN; with a padding mask, a NaN key it hides gave NaN everywhere."""
+    nn.MultiheadAttention give NaN; with a padding mask, a NaN key it hides gave NaN everywhere. On a GPU,
+    other fused kernels run: the same holds there."""
     torch.manual_seed(0)
-    mha = T.MultiHeadAttention(16, 4).eval()
-    x = torch.randn(2, 5, 16)
-    mask = T.padding_mask(torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]), 0) if masked else None
+    mha = T.MultiHeadAttention(16, 4).to(device).eval()
+    x = torch.randn(2, 5, 16, device=device)
+    mask = T.padding_mask(torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], device=device), 0) if masked else None
     for where in ("query", "key", "value"):
         q, k, v = x.clone(), x.clone(), x.clone()
         {"query": q, "key": k, "value": v}[where][0, 4 if masked else 1, 3] = bad
@@ -201,10 +202,27 @@ def test_nan_and_inf_propagate_through_the_fast_path_as_through_the_explicit_one
         finite = torch.isfinite(explicit)
         assert torch.allclose(fast[finite], explicit[finite], atol=1e-5), where
     if not masked:  # and as torch.nn does
-        ref = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+        ref = torch.nn.MultiheadAttention(16, 4, batch_first=True).to(device).eval()
         q = x.clone()
         q[0, 1, 3] = bad
         assert torch.isnan(ref(q, x, x)[0][0, 1]).all() and torch.isnan(mha(q, x, x)[0][0, 1]).all()
+
+
+@pytest.mark.parametrize("where", ["a hidden key's value", "a visible key's value"])
+def test_a_fully_masked_query_gives_zero_on_both_paths_even_beside_a_nan_value(device, where):
+    """A query with no visible key has weights 0 everywhere; 0 times a NaN value was NaN on the explicit path
+    and 0 on the fast one. Both now give 0 for that query; for the other queries the NaN value reaches their
+    output on both paths alike (0 times NaN is NaN in a matrix product, as in torch.nn)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 3, 4, device=device) for _ in range(3))
+    mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]], device=device)
+    v[..., 0 if where == "a visible key's value" else 2, 1] = float("nan")
+    explicit, _ = T.scaled_dot_product_attention(q, k, v, mask)
+    fast = T.attention.fast_attention(q, k, v, mask)
+    assert torch.equal(explicit[..., 1, :], torch.zeros_like(explicit[..., 1, :]))  # query 1 sees nothing
+    assert torch.equal(torch.isnan(fast), torch.isnan(explicit))
+    assert torch.allclose(fast.nan_to_num(), explicit.nan_to_num(), atol=1e-6)
+    assert torch.isnan(explicit[..., [0, 2], 1]).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -75,7 +75,10 @@ def scaled_dot_product_attention(
         weights = dropout(weights)
     elif dropout:
         weights = F.dropout(weights, p=check_probability(dropout, "dropout"), training=True)
-    return weights @ value, weights  # (..., q_len, d_v), (..., q_len, k_len)
+    out = weights @ value  # (..., q_len, d_v)
+    if mask is not None:  # a fully masked query's weights are all 0: its output is 0, even where a value is NaN
+        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return out, weights  # (..., q_len, d_v), (..., q_len, k_len)
 
 
 def fast_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
@@ -86,17 +89,22 @@ def fast_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | Non
     attend) broadcastable to ``(batch, heads, q_len, k_len)``. As in :func:`scaled_dot_product_attention`: a
     query with no visible key gets 0 (never NaN), a NaN/inf key hidden from every query is ignored, and a NaN or
     inf query gives NaN (some fused kernels would return finite numbers). Returns ``(batch, heads, q_len, d_k)``.
+
+    The guards cost a few small elementwise kernels and no device-to-host copy: on a GPU, where small shapes
+    are bound by kernel launches, each one counts (BENCHMARKS.md).
     """
     has_key = attn_mask = None
     if mask is not None:
         if mask.dim() < 4:  # e.g. a (k_len,) key mask: the steps below need (batch|1, heads|1, q_len|1, k_len)
             mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
-        has_key = mask.any(dim=-1, keepdim=True)  # (batch, heads|1, q_len, 1)
+        has_key = mask.any(dim=-1, keepdim=True)  # (batch, heads|1, q_len, 1): False for a fully masked query
         attn_mask = mask | ~has_key  # fully masked rows: attend anywhere, zeroed below (never NaN)
-        hidden = ~mask.any(dim=-2).unsqueeze(-1)  # (batch|1, heads|1, k_len, 1): keys no query may see
-        key = key.masked_fill(hidden & ~torch.isfinite(key), 0.0)
+        # Keys no query may see are set to 0: they get no weight either way, and a NaN or inf there is ignored.
+        seen = mask.any(dim=-2).unsqueeze(-1)  # (batch|1, heads|1, k_len, 1)
+        key = key.masked_fill(~seen, 0.0)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)
-    out = out.masked_fill(~torch.isfinite(query).all(dim=-1, keepdim=True), float("nan"))
+    # query - query is 0 where the query is finite and NaN where it holds a NaN or an inf (x + 0 == x exactly)
+    out = out + (query - query).sum(dim=-1, keepdim=True)  # (batch, heads, q_len, 1), broadcast over d_k
     if has_key is not None:
         out = out.masked_fill(~has_key, 0.0)
     return out  # (batch, heads, q_len, d_k)
