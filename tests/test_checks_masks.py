@@ -151,3 +151,21 @@ def test_decoder_mask_built_on_the_cpu_is_named() -> None:
         return (tokens != pad_id)[:, None, None, :] & causal
     with pytest.raises(Mistake, match=re.escape("build new tensors on `tokens.device`")):
         check_decoder_mask(cpu_triangle)
+
+
+def test_messages_name_the_learners_function() -> None:
+    """A Mistake names the function the learner wrote (chapter 02's `my_decoder_mask`, not the tensor
+    `decoder_mask` of the chapter); a lambda gets the role's name."""
+    def my_decoder_mask(tokens, pad_id):
+        ...  # the exercise stub
+
+    with pytest.raises(Mistake, match=re.escape("my_decoder_mask returned NoneType")):
+        check_decoder_mask(my_decoder_mask)
+    with pytest.raises(Mistake, match=re.escape("decoder_mask returned NoneType")):
+        check_decoder_mask(lambda tokens, pad_id: None)
+
+    def my_padding_mask(tokens, pad_id):
+        raise ValueError("not yet")
+
+    with pytest.raises(Mistake, match=re.escape("my_padding_mask(tokens, pad_id) raised ValueError")):
+        check_padding_mask(my_padding_mask)

@@ -434,24 +434,25 @@ check_masked_softmax(masked_softmax)
 # ### Exercise 4: the decoder's mask
 # **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~10 min
 #
-# Write `decoder_mask(tokens, pad_id)` for a target batch `tokens` `(batch, t)`: the mask of the decoder's
+# Write `my_decoder_mask(tokens, pad_id)` for a target batch `tokens` `(batch, t)`: the mask of the decoder's
 # self-attention, shaped `(batch, 1, t, t)`, where query `i` may attend to key `j` when `j <= i` **and** key `j`
-# is not padding. Reuse your two masks.
+# is not padding. Reuse your two masks. The `my_` prefix keeps the function apart from the tensor
+# `decoder_mask` built earlier in this chapter.
 
 # %%
-def decoder_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+def my_decoder_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     ...  # your turn: (batch, 1, t, t) booleans
 
 
 # %% tags=["solution"]
-def decoder_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+def my_decoder_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     causal = my_causal_mask(tokens.size(1)).to(tokens.device)  # (t, t)
     return my_padding_mask(tokens, pad_id) & causal  # (batch, 1, 1, t) & (t, t) -> (batch, 1, t, t)
 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-check_decoder_mask(decoder_mask)
+check_decoder_mask(my_decoder_mask)
 
 # %% [markdown]
 # ## Check your understanding

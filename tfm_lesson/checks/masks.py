@@ -24,6 +24,12 @@ POLARITY_HINT = ("True must mean MAY attend (the convention of F.scaled_dot_prod
                  "nn.MultiheadAttention uses the opposite, True = blocked.")
 
 
+def _name(fn: Callable, default: str) -> str:
+    """The learner's function as they named it (``my_decoder_mask``), else ``default`` (a lambda, a partial)."""
+    name = getattr(fn, "__name__", "")
+    return name if name.isidentifier() else default
+
+
 def _tensor(result: object, what: str, kind: str = "a boolean torch.Tensor") -> Tensor:
     if not isinstance(result, Tensor):
         raise Mistake(f"{what} returned {type(result).__name__}, expected {kind}"
@@ -55,11 +61,12 @@ def _tokens(lengths: list[int], seq_len: int, pad_id: int, g: torch.Generator) -
 def check_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> None:
     """``fn(tokens (batch, seq_len), pad_id)`` -> boolean ``(batch, 1, 1, seq_len)``, True on real tokens."""
     g = torch.Generator().manual_seed(900)
+    name = _name(fn, "padding_mask")
     for lengths, seq_len, pad_id in (([6, 4, 2], 6, 0), ([3, 5, 5, 1], 5, 1), ([7, 7], 7, 0)):
         tokens = _tokens(lengths, seq_len, pad_id, g)
         batch = tokens.size(0)
         what = f"your padding mask for tokens of shape {tuple(tokens.shape)}"
-        mask = _tensor(call(fn, tokens.clone(), pad_id, what="padding_mask(tokens, pad_id)"), "padding_mask")
+        mask = _tensor(call(fn, tokens.clone(), pad_id, what=f"{name}(tokens, pad_id)"), name)
         _boolean(mask, what)
         expected = padding_mask(tokens, pad_id)  # (batch, 1, 1, seq_len)
         keys = expected[:, 0, 0, :]  # (batch, k_len)
@@ -90,14 +97,15 @@ def check_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> None:
         expect(torch.equal(seen, want), f"{what} differs from (tokens != pad_id)[:, None, None, :] at "
                                         f"{int((seen != want).sum())} places (after broadcasting)")
     check_device_placement(fn, _tokens([3, 2], 3, 0, torch.Generator().manual_seed(1)), 0,
-                           what="your padding_mask(tokens, pad_id)", argument="tokens")
+                           what=f"your {name}(tokens, pad_id)", argument="tokens")
     passed("check_padding_mask", "(batch, 1, 1, k_len) booleans, True on real tokens, for several pad ids and lengths")
 
 
 def check_causal_mask(fn: Callable[[int], Tensor]) -> None:
     """``fn(size)`` -> boolean ``(size, size)`` (leading 1s allowed): True where key j <= query i."""
+    name = _name(fn, "causal_mask")
     for size in (5, 8, 1):
-        mask = _tensor(call(fn, size, what=f"causal_mask({size})"), "causal_mask")
+        mask = _tensor(call(fn, size, what=f"{name}({size})"), name)
         what = f"your causal mask for size={size}"
         _boolean(mask, what)
         expect(mask.dim() >= 2 and mask.shape[-2:] == (size, size) and all(s == 1 for s in mask.shape[:-2]),
@@ -137,6 +145,7 @@ def _masked_softmax_reference(scores: Tensor, mask: Tensor) -> Tensor:
 def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     """``fn(scores (..., q_len, k_len), mask)`` -> weights: masked keys 0, rows sum to 1, fully masked rows all 0."""
     g = torch.Generator().manual_seed(1000)
+    name = _name(fn, "masked_softmax")
     batch, q_len, k_len = 2, 4, 6
     padded = (torch.arange(k_len) < torch.tensor([5, 3])[:, None])[:, None, None, :]  # (batch, 1, 1, k_len)
     # every row keeps at least one key and loses at least one, under the mask and under its inverse
@@ -147,7 +156,7 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     ]
     for dtype, mask, label in cases:
         scores = (torch.randn(batch, HEADS, q_len, k_len, generator=g, dtype=torch.float64) * 2).to(dtype)
-        got = _tensor(call(fn, scores.clone(), mask, what="masked_softmax(scores, mask)"), "masked_softmax",
+        got = _tensor(call(fn, scores.clone(), mask, what=f"{name}(scores, mask)"), name,
                       "a tensor of weights")
         expected = _masked_softmax_reference(scores, mask)
         plain = torch.softmax(scores, dim=-1)
@@ -172,7 +181,7 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         scores = (torch.randn(batch, HEADS, q_len, k_len, generator=g, dtype=torch.float64) * 2).to(dtype)
         try:
-            got = _tensor(call(fn, scores.clone(), mask, what="masked_softmax(scores, mask)"), "masked_softmax",
+            got = _tensor(call(fn, scores.clone(), mask, what=f"{name}(scores, mask)"), name,
                       "a tensor of weights")
         except Mistake as exc:
             if "overflow" in str(exc):
@@ -201,10 +210,11 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor]) -> None:
 def check_decoder_mask(fn: Callable[[Tensor, int], Tensor]) -> None:
     """``fn(tokens (batch, t), pad_id)`` -> boolean ``(batch, 1, t, t)``: causal AND not padding."""
     g = torch.Generator().manual_seed(1100)
+    name = _name(fn, "decoder_mask")
     for lengths, t, pad_id in (([5, 3, 1], 5, 0), ([4, 6], 6, 1)):
         tokens = _tokens(lengths, t, pad_id, g)
         batch = tokens.size(0)
-        mask = _tensor(call(fn, tokens.clone(), pad_id, what="decoder_mask(tokens, pad_id)"), "decoder_mask")
+        mask = _tensor(call(fn, tokens.clone(), pad_id, what=f"{name}(tokens, pad_id)"), name)
         what = f"your decoder mask for tokens of shape {tuple(tokens.shape)}"
         _boolean(mask, what)
         try:
@@ -234,6 +244,6 @@ def check_decoder_mask(fn: Callable[[Tensor, int], Tensor]) -> None:
         expect(torch.equal(seen, expected), f"{what} differs from padding_mask & causal_mask at "
                                             f"{int((seen != expected).sum())} places (after broadcasting)")
     # a causal part built on the CPU would crash next to a model on the GPU: run it on another device once
-    check_device_placement(fn, _tokens([4, 2], 4, 0, g), 0, what="your decoder_mask(tokens, pad_id)",
+    check_device_placement(fn, _tokens([4, 2], 4, 0, g), 0, what=f"your {name}(tokens, pad_id)",
                            argument="tokens")
     passed("check_decoder_mask", "(batch, 1, t, t) = padding AND causal, for several pad ids and lengths")
