@@ -79,10 +79,14 @@ class LearnerMHA(nn.Module):
         return math.sqrt(self.d_k)
 
     def apply_mask(self, scores, mask):
-        return scores.masked_fill(~mask, float("-inf"))
+        has_key = mask.any(dim=-1, keepdim=True)  # (..., q_len, 1): False for a query that sees no key
+        return scores.masked_fill(~(mask | ~has_key), float("-inf"))  # such a row stays finite here...
 
     def normalise(self, scores):
         return scores.softmax(dim=-1)
+
+    def zero_empty_rows(self, weights, mask):
+        return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # ...and gets zero weights here
 
     def forward(self, query, key, value, mask=None):
         q, k, v = (self.split(t) for t in self.project(query, key, value))  # (batch, heads, len, d_k)
@@ -90,6 +94,8 @@ class LearnerMHA(nn.Module):
         if mask is not None:
             scores = self.apply_mask(scores, mask)
         weights = self.normalise(scores)
+        if mask is not None:
+            weights = self.zero_empty_rows(weights, mask)
         return self.w_o(self.merge(weights @ v)), weights
 
 
@@ -128,6 +134,28 @@ class SoftmaxWrongAxis(LearnerMHA):
 class InvertedMask(LearnerMHA):
     def apply_mask(self, scores, mask):
         return scores.masked_fill(mask, -1e9)
+
+
+class NaNOnFullyMaskedRows(LearnerMHA):  # the textbook -inf fill: a query that sees no key gets 0/0 = NaN
+    def apply_mask(self, scores, mask):
+        return scores.masked_fill(~mask, float("-inf"))
+
+    def zero_empty_rows(self, weights, mask):
+        return weights
+
+
+class UniformOnFullyMaskedRows(NaNOnFullyMaskedRows):  # -1e9: no NaN, but equal weights over the hidden keys
+    def apply_mask(self, scores, mask):
+        return scores.masked_fill(~mask, -1e9)
+
+
+class ZeroOutputOnFullyMaskedRows(LearnerMHA):  # zeroes the module's output there, not the heads' weights
+    def forward(self, query, key, value, mask=None):
+        out, weights = super().forward(query, key, value, mask)
+        if mask is not None:
+            sees_a_key = mask.expand(weights.shape).any(dim=-1).all(dim=1)  # (batch, q_len)
+            out = out.masked_fill(~sees_a_key[..., None], 0.0)
+        return out, weights
 
 
 class NoOutputProjection(LearnerMHA):
@@ -169,6 +197,41 @@ def test_reference_and_plain_learner_pass(capsys):
 def test_mha_mistakes(cls, hint):
     with pytest.raises(Mistake, match=hint):
         check_multi_head_attention(cls)
+
+
+def test_a_query_that_sees_no_key_must_not_give_nan(capsys):
+    """The reference gives such a query zero weights (output w_o(0)); the -inf fill alone gives NaN, named as such."""
+    check_multi_head_attention(tfm_lesson.MultiHeadAttention)
+    assert "queries with no visible key" in capsys.readouterr().out
+    with pytest.raises(Mistake) as caught:
+        check_multi_head_attention(NaNOnFullyMaskedRows)
+    message = str(caught.value)
+    assert "mask=causal, left-padded" in message
+    assert "your output is NaN for the queries that see no key at all" in message
+    assert "softmax of a row of -inf is 0/0 = NaN" in message
+    assert "safe masked_softmax of chapter 02 (exercise 3)" in message
+
+
+@pytest.mark.parametrize("cls, hint", [
+    (UniformOnFullyMaskedRows, "a large finite fill such as -1e9 turns a fully masked row into a uniform one"),
+    (ZeroOutputOnFullyMaskedRows, "right for every query that sees a key, and wrong for the queries that see none"),
+])
+def test_fully_masked_rows_other_mistakes(cls, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_multi_head_attention(cls)
+
+
+def test_fully_masked_rows_of_the_reference_are_w_o_bias():
+    """What the checker expects: a query with no visible key gets W^O's bias (its heads output 0), never NaN."""
+    torch.manual_seed(0)
+    mha = tfm_lesson.MultiHeadAttention(8, 2).eval()
+    x, memory = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
+    mask = torch.tensor([[True, True, False, False], [False, False, False, False]])[:, None, None, :]
+    with torch.no_grad():
+        for need_weights in (False, True):
+            out, _ = mha(x, memory, memory, mask, need_weights=need_weights)
+            assert not out.isnan().any()
+            assert torch.allclose(out[1], mha.w_o.bias.expand(3, 8))
 
 
 def test_checker_leaves_global_rng_alone():

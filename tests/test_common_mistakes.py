@@ -38,9 +38,11 @@ class _MHA(MultiHeadAttention):
         k, v = self._split_heads(self.w_k(key)), self._split_heads(self.w_v(value))  # (batch, heads, k_len, d_k)
         scale = math.sqrt(self.d_model if self.scale_by_d_model else self.d_k)
         scores = q @ k.transpose(-2, -1) / scale  # (batch, heads, q_len, k_len)
+        weights = scores.softmax(-1)
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        out = scores.softmax(-1) @ v  # (batch, heads, q_len, d_k)
+            has_key = mask.any(dim=-1, keepdim=True)  # (..., q_len, 1): False for a query that sees no key
+            weights = scores.masked_fill(~(mask | ~has_key), float("-inf")).softmax(-1).masked_fill(~has_key, 0.0)
+        out = weights @ v  # (batch, heads, q_len, d_k)
         if self.merge_transpose:
             out = out.transpose(1, 2)
         return self.w_o(out.reshape(batch, q_len, self.d_model))

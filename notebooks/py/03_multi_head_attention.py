@@ -578,8 +578,10 @@ check_merge_heads(merge_heads)
 # (scores, mask, softmax, weighted sum) rather than calling the package's. For the mask and the softmax, reuse
 # your safe `masked_softmax` of chapter 02's exercise 3 (each chapter is a fresh kernel: paste it into the cell
 # above your function; the solution below copies it), so that a query with no
-# visible key gets zeros rather than NaN. The checker tries self- and cross-attention, padding and causal masks,
-# float32 and float64.
+# visible key gets all-zero weights rather than NaN: each head then outputs 0 for it, and the module returns
+# $W^O$'s bias. The checker tries self- and cross-attention, padding and causal masks, float32 and float64, and
+# two batches with such queries: a left-padded sequence under the causal mask (its first, padded positions see
+# only pads) and a batch whose second source sentence is all padding.
 
 # %%
 class MyMultiHeadAttention(nn.Module):

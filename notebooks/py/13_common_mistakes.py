@@ -134,8 +134,11 @@ class WrittenOut(MultiHeadAttention):
         scale = math.sqrt(self.d_k if self.scale_by == "d_k" else self.d_model)
         scores = q @ k.transpose(-2, -1) / scale  # (batch, heads, q_len, k_len)
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
+            has_key = mask.any(dim=-1, keepdim=True)  # (..., q_len, 1): False for a query that sees no key
+            scores = scores.masked_fill(~(mask | ~has_key), float("-inf"))  # such a row stays finite...
         weights = scores.softmax(dim=-1)  # (batch, heads, q_len, k_len)
+        if mask is not None:
+            weights = weights.masked_fill(~has_key, 0.0)  # ...and gets zero weights (mistake 4 below)
         out = weights @ v  # (batch, heads, q_len, d_k)
         if self.merge_transpose:
             out = out.transpose(1, 2)  # (batch, q_len, heads, d_k)

@@ -50,6 +50,23 @@ SPLIT_AND_MERGE_NO_TRANSPOSE = (
     "with .transpose(1, 2).reshape(batch, len, d_model)")
 
 
+FULLY_MASKED_NAN = (
+    "{setting}: your output is NaN for the queries that see no key at all ({count} of them, the first at batch "
+    "{b}, query {i}): every key of their mask row is False. Their scores are all -inf, and the softmax of a row of "
+    "-inf is 0/0 = NaN. Such a query must get zero weights, so each head outputs 0 there and the module returns "
+    "W^O's bias, as tfm_lesson.MultiHeadAttention does. Use your safe masked_softmax of chapter 02 (exercise 3) for "
+    "the mask and the softmax: it leaves a fully masked row unmasked before the softmax and zeroes it after")
+FULLY_MASKED_UNIFORM = (
+    "{setting}: for the queries that see no key at all your weights are equal over every key (each head outputs "
+    "the mean of its values): a large finite fill such as -1e9 turns a fully masked row into a uniform one. Such a "
+    "query must get zero weights, so each head outputs 0 there and the module returns W^O's bias: zero the weights "
+    "of a row with no visible key after the softmax, as your safe masked_softmax of chapter 02 (exercise 3) does")
+FULLY_MASKED_OTHER = (
+    "{setting}: your output is right for every query that sees a key, and wrong for the queries that see none. "
+    "Such a query must get zero weights, so each head outputs 0 there and the module returns W^O's bias (the "
+    "output of w_o for an input of zeros), as tfm_lesson.MultiHeadAttention does")
+
+
 def _layer_hint(role: str, used: str) -> str:
     right = {"query": "w_q", "key": "w_k", "value": "w_v"}[role]
     return (f"the {role} looks projected with {used} instead of {right}: Q = query W^Q, K = key W^K, V = value W^V; "
@@ -79,7 +96,7 @@ def _merge(x: Tensor, mode: str = "ok") -> Tensor:
 def _mha_variant(ref: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, *,
                  scale: float | None = None, split: str = "ok", merge: str = "ok",
                  layers: tuple[str, str, str] = ("w_q", "w_k", "w_v"), kv_from_query: bool = False,
-                 softmax_dim: int = -1, invert: bool = False, w_o: bool = True) -> Tensor:
+                 softmax_dim: int = -1, invert: bool = False, w_o: bool = True, fill: float = float("-inf")) -> Tensor:
     """Multi-head attention with the reference's weights and (optionally) one classic mistake."""
     if kv_from_query:
         key = value = query
@@ -89,7 +106,7 @@ def _mha_variant(ref: MultiHeadAttention, query: Tensor, key: Tensor, value: Ten
     v = _split(lv(value), ref.heads, split)  # (batch, heads, k_len, d_k)
     scores = q @ k.transpose(-2, -1) / math.sqrt(ref.d_k if scale is None else scale)  # (batch, heads, q_len, k_len)
     if mask is not None:
-        scores = scores.masked_fill(mask if invert else ~mask, float("-inf"))
+        scores = scores.masked_fill(mask if invert else ~mask, fill)  # a fully masked row: NaN (or uniform)
     out = _merge(scores.softmax(dim=softmax_dim) @ v, merge)  # (batch, q_len, d_model)
     return ref.w_o(out) if w_o else out
 
@@ -164,6 +181,29 @@ def _padding(batch: int, length: int, gen: torch.Generator) -> Tensor:
     return (torch.arange(length)[None, :] < real[:, None])[:, None, None, :]
 
 
+def _left_padded(batch: int, length: int, gen: torch.Generator) -> Tensor:
+    """(batch, 1, 1, length), True = real key, with 1 .. length-1 pads at the START of each sequence: under the
+    causal mask, the first (padded) queries of each sequence see no key at all."""
+    pads = torch.randint(1, length, (batch,), generator=gen)
+    return (torch.arange(length)[None, :] >= pads[:, None])[:, None, None, :]
+
+
+def _fully_masked(got: Tensor, want: Tensor, empty: Tensor, suspects: dict[str, Tensor], uniform: Tensor,
+                  setting: str, atol: float) -> None:
+    """Compare an output where some queries see no key (``empty`` ``(batch, q_len)``): a NaN there, then the other
+    queries (with the usual hints), then the empty queries' values. Raises a Mistake (the outputs differ)."""
+    got, want, empty = got.detach().cpu(), want.detach().cpu(), empty.cpu()
+    if torch.isnan(got[empty]).any() and not torch.isnan(got[~empty]).any():
+        b, i = (int(n) for n in (torch.isnan(got).any(-1) & empty).nonzero()[0])
+        raise Mistake(FULLY_MASKED_NAN.format(setting=setting, count=int(empty.sum()), b=b, i=i))
+    diagnose(got[~empty], want[~empty], {h: s[~empty] for h, s in suspects.items() if s.shape == want.shape},
+             f"{setting}: your output differs from tfm_lesson.MultiHeadAttention loaded with the same weights",
+             atol=atol)
+    if close(got[empty], uniform.detach().cpu()[empty], atol=atol):
+        raise Mistake(FULLY_MASKED_UNIFORM.format(setting=setting))
+    raise Mistake(FULLY_MASKED_OTHER.format(setting=setting))
+
+
 def _check_layout(model: nn.Module, d_model: int) -> None:
     for name in ("w_q", "w_k", "w_v", "w_o"):
         layer = getattr(model, name, None)
@@ -207,7 +247,8 @@ def check_multi_head_attention(cls: type[nn.Module]) -> None:
     """``cls(d_model, heads)`` with ``w_q, w_k, w_v, w_o`` ``nn.Linear(d_model, d_model)`` layers and
     ``forward(query, key, value, mask=None)`` returning the output ``(batch, q_len, d_model)`` or
     ``(output, weights)``. The reference's weights are loaded into it; self- and cross-attention, with and
-    without masks (True = may attend), in float32 and float64, must give the reference's output."""
+    without masks (True = may attend), in float32 and float64, must give the reference's output. That includes
+    queries whose keys are all masked: their attention weights are 0, so their output is ``w_o(0)``, never NaN."""
     gen = torch.Generator().manual_seed(5)
     # (batch, q_len, k_len, d_model, heads, kind, mask, dtype): unmasked first, so a softmax-axis or scaling bug is
     # named before masks come into play; cross-attention always has query != key (and mostly q_len != k_len).
@@ -226,6 +267,10 @@ def check_multi_head_attention(cls: type[nn.Module]) -> None:
                       q_len + int(torch.randint(1, 4, (1,), generator=gen)),
                       heads * int(torch.randint(2, 7, (1,), generator=gen)), heads, "cross",
                       ("padding", None)[j], DTYPES[j]))
+    cases += [  # queries that see no key at all: weights 0, never NaN
+        (3, 6, 6, 16, 4, "self", "causal, left-padded", torch.float32),
+        (3, 4, 5, 12, 3, "cross", "padding, one source all padding", torch.float64),
+    ]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
         for batch, q_len, k_len, d_model, heads, kind, mask_kind, dtype in cases:
@@ -249,6 +294,12 @@ def check_multi_head_attention(cls: type[nn.Module]) -> None:
                 mask = _padding(batch, k_len, gen)  # (batch, 1, 1, k_len)
             elif mask_kind == "causal":
                 mask = torch.ones(q_len, k_len, dtype=torch.bool).tril()  # (q_len, k_len)
+            elif mask_kind == "causal, left-padded":  # the padded first queries see only pads: no key at all
+                mask = _left_padded(batch, k_len, gen) & torch.ones(q_len, k_len, dtype=torch.bool).tril()
+            elif mask_kind == "padding, one source all padding":  # an empty sentence in the batch
+                mask = _padding(batch, k_len, gen)  # (batch, 1, 1, k_len)
+                mask[1] = False  # sequence 1: every key is padding
+            empty = None if mask is None else ~mask.expand(batch, heads, q_len, k_len).any(-1).all(1)  # (batch, q_len)
 
             kwargs = {} if mask is None else {"mask": mask}
             with torch.no_grad():
@@ -267,8 +318,12 @@ def check_multi_head_attention(cls: type[nn.Module]) -> None:
                     if dtype == torch.float32 and mask_kind == "padding":  # once more on the chapter's GPU, if any
                         check_on_device(model, q, k, v, mask, expected=want, what="your module", atol=1e-4)
                     continue
+                if empty is not None and bool(empty.any()):
+                    _fully_masked(got, want, empty, _suspects(ref, q, k, v, mask),
+                                  _mha_variant(ref, q, k, v, mask, fill=-1e9), setting, atol=tol)
                 diagnose(got, want, _suspects(ref, q, k, v, mask),
                          f"{setting}: your output differs from tfm_lesson.MultiHeadAttention loaded with the same "
                          "weights", atol=tol)
     passed("check_multi_head_attention", f"{len(cases)} settings (self- and cross-attention, padding and causal "
-                                         "masks, float32 and float64) match tfm_lesson.MultiHeadAttention")
+                                         "masks, queries with no visible key, float32 and float64) match "
+                                         "tfm_lesson.MultiHeadAttention")
