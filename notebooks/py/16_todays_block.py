@@ -373,7 +373,7 @@ print("positions stored in the cache:", len(cache))
 #
 # The 2017 network is $\mathrm{FFN}(x) = \max(0, xW_1 + b_1)W_2 + b_2$. Shazeer (2020) tried *gated* linear
 # units in its place: two projections of $x$, one of them through an activation, multiplied feature by
-# feature. With the SiLU (or Swish) activation, $\mathrm{SiLU}(z) = z\,\sigma(z)$:
+# feature. With the SiLU activation (chapter 06's Swish), $\mathrm{SiLU}(z) = z \cdot \mathrm{sigmoid}(z)$:
 #
 # $$\mathrm{FFN}_{\mathrm{SwiGLU}}(x) = \big(\mathrm{SiLU}(xW) \odot xV\big)\,W_2 .$$
 #
@@ -861,7 +861,7 @@ check_rotary(my_rope)
 #
 # Write `MySwiGLU(d_model, hidden)` with three bias-free linear layers named `w_gate`, `w_up`
 # (`d_model -> hidden`) and `w_down` (`hidden -> d_model`), computing
-# $w_{down}(\mathrm{SiLU}(w_{gate}(x)) \odot w_{up}(x))$. Use `F.silu` or write $z\,\sigma(z)$. The
+# $w_{down}(\mathrm{SiLU}(w_{gate}(x)) \odot w_{up}(x))$. Use `F.silu`, or write `z * torch.sigmoid(z)`. The
 # checker names: gate and value swapped, no SiLU, GLU/ReGLU/GEGLU (sigmoid, ReLU or GELU on the gate), an
 # addition instead of the product, SiLU after the product.
 
