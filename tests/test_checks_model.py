@@ -13,9 +13,9 @@ from tfm_lesson.checks import (Mistake, check_generator, check_parameter_count, 
 
 
 class Embeddings(nn.Module):
-    def __init__(self, vocab, d_model, scale=None):
+    def __init__(self, vocab_size, d_model, scale=None):
         super().__init__()
-        self.embedding = nn.Embedding(vocab, d_model)
+        self.embedding = nn.Embedding(vocab_size, d_model)
         self.scale = math.sqrt(d_model) if scale is None else scale(d_model)
 
     def forward(self, tokens):
@@ -23,9 +23,9 @@ class Embeddings(nn.Module):
 
 
 class Generator(nn.Module):
-    def __init__(self, d_model, vocab, finish=lambda z: z.log_softmax(dim=-1)):
+    def __init__(self, d_model, vocab_size, finish=lambda z: z.log_softmax(dim=-1)):
         super().__init__()
-        self.proj = nn.Linear(d_model, vocab)
+        self.proj = nn.Linear(d_model, vocab_size)
         self.finish = finish
 
     def forward(self, x):
@@ -77,6 +77,15 @@ def test_embedding_mistakes(scale, hint):
 ])
 def test_generator_mistakes(finish, hint):
     fails(check_generator, lambda d, v: Generator(d, v, finish), hint)
+
+
+def test_sizes_are_named_vocab_size_and_passed_by_position():
+    """Chapter 09 asks for Embeddings(vocab_size, d_model) and Generator(d_model, vocab_size): the checkers pass the
+    two sizes by position (any parameter names work) and name a swapped pair in the chapter's words."""
+    check_scaled_embedding(lambda n_tokens, width: Embeddings(n_tokens, width))
+    check_generator(lambda width, n_tokens: Generator(width, n_tokens))
+    fails(check_scaled_embedding, lambda v, d: Embeddings(d, v), "the embedding table should be (vocab_size, d_model)")
+    fails(check_generator, lambda d, v: Generator(v, d), "the projection should be nn.Linear(d_model, vocab_size)")
 
 
 def _copied(embedding, generator):

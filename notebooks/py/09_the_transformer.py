@@ -361,13 +361,13 @@ widgets.attention_explorer(model, vocab, vocab, source="the cat sat on the mat",
 # ### Exercise 1: scaled embeddings
 # **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~5 min
 #
-# Write `Embeddings(vocab, d_model)` (`vocab`: the vocabulary size, an int), an `nn.Module` holding one `nn.Embedding` called `embedding`, whose
-# `forward(tokens)` maps ids $(\text{batch}, n)$ to $(\text{batch}, n, d_\text{model})$ vectors multiplied by
-# $\sqrt{d_\text{model}}$.
+# Write `Embeddings(vocab_size, d_model)` (`vocab_size`: the vocabulary size, an int such as `len(vocab)`), an
+# `nn.Module` holding one `nn.Embedding` called `embedding`, whose `forward(tokens)` maps ids
+# $(\text{batch}, n)$ to $(\text{batch}, n, d_\text{model})$ vectors multiplied by $\sqrt{d_\text{model}}$.
 
 # %%
 class Embeddings(nn.Module):
-    def __init__(self, vocab, d_model):
+    def __init__(self, vocab_size, d_model):
         super().__init__()
         ...  # your turn
 
@@ -377,9 +377,9 @@ class Embeddings(nn.Module):
 
 # %% tags=["solution"]
 class Embeddings(nn.Module):
-    def __init__(self, vocab, d_model):
+    def __init__(self, vocab_size, d_model):
         super().__init__()
-        self.embedding = nn.Embedding(vocab, d_model)
+        self.embedding = nn.Embedding(vocab_size, d_model)
         self.scale = math.sqrt(d_model)
 
     def forward(self, tokens):  # (batch, n) -> (batch, n, d_model)
@@ -394,13 +394,13 @@ check_scaled_embedding(Embeddings)
 # ### Exercise 2: the generator
 # **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
-# Write `Generator(d_model, vocab)` with one `nn.Linear(d_model, vocab)` called `proj`; `forward(x)` maps
-# decoder states $(\text{batch}, t, d_\text{model})$ to **log**-probabilities $(\text{batch}, t, V)$ over the
-# vocabulary.
+# Write `Generator(d_model, vocab_size)` with one `nn.Linear(d_model, vocab_size)` called `proj`; `forward(x)`
+# maps decoder states $(\text{batch}, t, d_\text{model})$ to **log**-probabilities $(\text{batch}, t, V)$
+# over the vocabulary ($V$ = `vocab_size`).
 
 # %%
 class Generator(nn.Module):
-    def __init__(self, d_model, vocab):
+    def __init__(self, d_model, vocab_size):
         super().__init__()
         ...  # your turn
 
@@ -410,11 +410,11 @@ class Generator(nn.Module):
 
 # %% tags=["solution"]
 class Generator(nn.Module):
-    def __init__(self, d_model, vocab):
+    def __init__(self, d_model, vocab_size):
         super().__init__()
-        self.proj = nn.Linear(d_model, vocab)
+        self.proj = nn.Linear(d_model, vocab_size)
 
-    def forward(self, x):  # (batch, t, d_model) -> (batch, t, vocab)
+    def forward(self, x):  # (batch, t, d_model) -> (batch, t, vocab_size)
         return self.proj(x).log_softmax(dim=-1)
 
 

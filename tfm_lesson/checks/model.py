@@ -25,19 +25,20 @@ def _only(module: nn.Module, kind: type, what: str, name: str) -> nn.Module:
 
 # embeddings x sqrt(d_model) -------------------------------------------------------------------------------------
 def check_scaled_embedding(cls: type) -> None:
-    """Check ``cls(vocab, d_model)``: one ``nn.Embedding``; ``forward(tokens)`` ``(batch, len)`` ids ->
-    ``embedding(tokens) * sqrt(d_model)`` ``(batch, len, d_model)``."""
+    """Check ``cls(vocab_size, d_model)`` (called positionally): one ``nn.Embedding``; ``forward(tokens)``
+    ``(batch, len)`` ids -> ``embedding(tokens) * sqrt(d_model)`` ``(batch, len, d_model)``."""
     rng = random.Random(21)
     torch.manual_seed(21)
     for _ in range(3):
-        vocab, d_model = rng.randint(5, 30), rng.choice([8, 16, 36, 64])
-        module = call(cls, vocab, d_model, what=f"Embeddings({vocab}, {d_model})")
+        vocab_size, d_model = rng.randint(5, 30), rng.choice([8, 16, 36, 64])
+        module = call(cls, vocab_size, d_model, what=f"Embeddings({vocab_size}, {d_model})")
         expect(isinstance(module, nn.Module), f"Embeddings(...) should build an nn.Module, got {type(module).__name__}")
         expect_written(module, "Embeddings")
         table = _only(module, nn.Embedding, "Embeddings", "embedding")
-        expect(tuple(table.weight.shape) == (vocab, d_model),
-               f"the embedding table should be (vocab, d_model) = {(vocab, d_model)}, got {tuple(table.weight.shape)}")
-        tokens = torch.randint(0, vocab, (rng.randint(1, 3), rng.randint(2, 6)))
+        expect(tuple(table.weight.shape) == (vocab_size, d_model),
+               f"the embedding table should be (vocab_size, d_model) = {(vocab_size, d_model)}, got "
+               f"{tuple(table.weight.shape)}")
+        tokens = torch.randint(0, vocab_size, (rng.randint(1, 3), rng.randint(2, 6)))
         got = output_of(call(module, tokens, what="your Embeddings"))
         raw = table.weight.detach()[tokens]  # (batch, len, d_model)
         root = math.sqrt(d_model)
@@ -57,24 +58,25 @@ def check_scaled_embedding(cls: type) -> None:
 
 # the generator ----------------------------------------------------------------------------------------------------
 def check_generator(cls: type) -> None:
-    """Check ``cls(d_model, vocab)``: one ``nn.Linear(d_model, vocab)``; ``forward(x)`` ``(batch, len, d_model)`` ->
-    log-probabilities ``(batch, len, vocab)`` (log-softmax over the vocabulary)."""
+    """Check ``cls(d_model, vocab_size)`` (called positionally): one ``nn.Linear(d_model, vocab_size)``;
+    ``forward(x)`` ``(batch, len, d_model)`` -> log-probabilities ``(batch, len, vocab_size)`` (log-softmax over
+    the vocabulary)."""
     rng = random.Random(22)
     torch.manual_seed(22)
     for _ in range(3):
-        d_model, vocab = rng.choice([8, 12, 16]), rng.randint(5, 20)
-        module = call(cls, d_model, vocab, what=f"Generator({d_model}, {vocab})")
+        d_model, vocab_size = rng.choice([8, 12, 16]), rng.randint(5, 20)
+        module = call(cls, d_model, vocab_size, what=f"Generator({d_model}, {vocab_size})")
         expect(isinstance(module, nn.Module), f"Generator(...) should build an nn.Module, got {type(module).__name__}")
         expect_written(module, "Generator")
         proj = _only(module, nn.Linear, "Generator", "proj")
-        expect((proj.in_features, proj.out_features) == (d_model, vocab),
-               f"the projection should be nn.Linear(d_model, vocab) = ({d_model}, {vocab}), got "
+        expect((proj.in_features, proj.out_features) == (d_model, vocab_size),
+               f"the projection should be nn.Linear(d_model, vocab_size) = ({d_model}, {vocab_size}), got "
                f"({proj.in_features}, {proj.out_features})")
-        length = vocab + 1 if vocab < 19 else vocab - 1  # a different length, so the axis is recognisable
+        length = vocab_size + 1 if vocab_size < 19 else vocab_size - 1  # another length: the axis is recognisable
         x = torch.randn(2, length, d_model) * 3
         got = output_of(call(module, x, what="your Generator"))
         with torch.no_grad():
-            logits = proj(x)  # (batch, len, vocab)
+            logits = proj(x)  # (batch, len, vocab_size)
         diagnose(got.detach(), logits.log_softmax(-1), {
             "the output is the raw scores (logits): apply log_softmax over the vocabulary (dim=-1)": logits,
             "the output is probabilities (softmax): return log_softmax(dim=-1), which is stable and what the "
@@ -84,16 +86,16 @@ def check_generator(cls: type) -> None:
         }, "your generator should return proj(x).log_softmax(dim=-1)")
         expect(close(got.exp().sum(-1), torch.ones(2, length), atol=1e-4),
                "exp(output) should sum to 1 over the vocabulary for every position")
-    passed("check_generator", "nn.Linear(d_model, vocab) then log_softmax over the vocabulary")
+    passed("check_generator", "nn.Linear(d_model, vocab_size) then log_softmax over the vocabulary")
 
 
 # weight tying -----------------------------------------------------------------------------------------------------
 def check_tie_weights(fn: Callable) -> None:
-    """Check ``fn(embedding, generator)``, which makes ``generator`` (an ``nn.Linear(d_model, vocab, bias=False)``)
-    use the very same weight Parameter as ``embedding`` (an ``nn.Embedding(vocab, d_model)``) (paper, 3.4)."""
+    """Check ``fn(embedding, generator)``, which makes ``generator`` (an ``nn.Linear(d_model, vocab_size, bias=False)``)
+    use the very same weight Parameter as ``embedding`` (an ``nn.Embedding(vocab_size, d_model)``) (paper, 3.4)."""
     torch.manual_seed(23)
-    vocab, d_model = 11, 8
-    embedding, generator = nn.Embedding(vocab, d_model), nn.Linear(d_model, vocab, bias=False)
+    vocab_size, d_model = 11, 8
+    embedding, generator = nn.Embedding(vocab_size, d_model), nn.Linear(d_model, vocab_size, bias=False)
     original, before = generator.weight, generator.weight.detach().clone()
     result = call(fn, embedding, generator, what="your tie_weights")
     expect(generator.weight is not original or not torch.equal(original.detach(), before),
@@ -105,15 +107,15 @@ def check_tie_weights(fn: Callable) -> None:
     w, e = generator.weight, embedding.weight
     if w is e:
         pair = nn.ModuleDict({"embedding": embedding, "generator": generator})
-        expect(count_parameters(pair) == vocab * d_model, "a tied matrix should be counted once")
+        expect(count_parameters(pair) == vocab_size * d_model, "a tied matrix should be counted once")
         loss = generator(embedding(torch.tensor([[1, 2]]))).logsumexp(-1).sum()
         loss.backward()
         expect(e.grad is not None, "no gradient reached the shared weight")
         passed("check_tie_weights", "generator.weight is embedding.weight: one Parameter, one gradient, counted once")
         return
-    if tuple(w.shape) == (d_model, vocab):
-        raise Mistake("the generator weight is transposed: nn.Linear(d_model, vocab).weight is already "
-                      "(vocab, d_model), the shape of the embedding table; share it as is")
+    if tuple(w.shape) == (d_model, vocab_size):
+        raise Mistake("the generator weight is transposed: nn.Linear(d_model, vocab_size).weight is already "
+                      "(vocab_size, d_model), the shape of the embedding table; share it as is")
     if w.data_ptr() == e.data_ptr():
         raise Mistake("the generator's weight shares storage with the embedding but is a separate Parameter (a new "
                       "nn.Parameter(...) around it, or `.data =`): two leaves, two gradients, counted twice. Assign "
