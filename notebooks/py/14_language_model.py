@@ -124,15 +124,19 @@ def parts(module):
 
 print(f"{'DecoderLayer (chapter 08)':28s} {'parameters':>10s}    GPTBlock")
 renamed = {"norm3": "norm2", "dropout3": "dropout2"}  # the feed-forward's norm and dropout move up one place
+removed = {"cross_attn": "(removed: it reads the encoder memory)",  # the only part that reads the memory
+           "norm2": "(removed with the cross-attention sub-layer)",  # its layer norm
+           "dropout2": "(removed with the cross-attention sub-layer)"}  # its dropout
 for name, count in parts(decoder_layer).items():
-    kept = renamed.get(name, name) if name not in ("cross_attn", "norm2", "dropout2") else None
-    print(f"  {name:26s} {count:>10,}    {kept or '(removed: it reads the encoder memory)'}")
+    print(f"  {name:26s} {count:>10,}    {removed.get(name) or renamed.get(name, name)}")
 print(f"parameters: decoder layer {sum(parts(decoder_layer).values()):,}, GPT block {sum(parts(block).values()):,}")
 
 # %% [markdown]
-# What goes: the cross-attention, with its layer norm and dropout. What stays: masked self-attention and the
-# feed-forward network, each with its residual connection (the feed-forward's norm and dropout are number 3 in
-# the decoder layer and number 2 in the block, since there is one sub-layer fewer). GPT-2 uses pre-norm
+# What goes: the cross-attention sub-layer. Its attention `cross_attn` is the only part that reads the
+# encoder memory; its layer norm `norm2` and its dropout `dropout2` never see the memory, but they serve that
+# sub-layer alone, so they go with it. What stays: masked self-attention and the feed-forward network, each with
+# its residual connection (the feed-forward's norm and dropout are number 3 in the decoder layer and number 2 in
+# the block, since there is one sub-layer fewer). GPT-2 uses pre-norm
 # (chapter 05: the norm inside the residual branch), so we compare with a pre-norm decoder layer.
 #
 # A proof that nothing else changes: give the decoder layer the GPT block's weights, and silence its
