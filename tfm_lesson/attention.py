@@ -98,15 +98,17 @@ def fast_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | Non
         if mask.dim() < 4:  # e.g. a (k_len,) key mask: the steps below need (batch|1, heads|1, q_len|1, k_len)
             mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         has_key = mask.any(dim=-1, keepdim=True)  # (batch, heads|1, q_len, 1): False for a fully masked query
-        attn_mask = mask | ~has_key  # fully masked rows: attend anywhere, zeroed below (never NaN)
+        attn_mask = torch.where(has_key, mask, True)  # fully masked rows: attend anywhere, zeroed below (never NaN)
         # Keys no query may see are set to 0: they get no weight either way, and a NaN or inf there is ignored.
         seen = mask.any(dim=-2).unsqueeze(-1)  # (batch|1, heads|1, k_len, 1)
-        key = key.masked_fill(~seen, 0.0)
+        key = torch.where(seen, key, 0.0)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)
-    # query - query is 0 where the query is finite and NaN where it holds a NaN or an inf (x + 0 == x exactly)
-    out = out + (query - query).sum(dim=-1, keepdim=True)  # (batch, heads, q_len, 1), broadcast over d_k
+    # q - q is 0 where the query is finite and NaN where it holds a NaN or an inf (x + 0 == x exactly). Its
+    # derivative is 0, so it is computed on a detached query: the backward pass does no work for it.
+    q = query.detach()
+    out = out + (q - q).sum(dim=-1, keepdim=True)  # (batch, heads, q_len, 1), broadcast over d_k
     if has_key is not None:
-        out = out.masked_fill(~has_key, 0.0)
+        out = torch.where(has_key, out, 0.0)
     return out  # (batch, heads, q_len, d_k)
 
 
