@@ -234,9 +234,9 @@ def test_every_checker_of_chapters_06_to_09_stops_an_endless_loop(monkeypatch) -
             endless()
 
     class LoopingGenerator(torch.nn.Module):
-        def __init__(self, d_model, vocab):
+        def __init__(self, d_model, vocab_size):
             super().__init__()
-            self.proj = torch.nn.Linear(d_model, vocab)
+            self.proj = torch.nn.Linear(d_model, vocab_size)
 
         def forward(self, x):
             endless()

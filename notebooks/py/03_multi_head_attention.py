@@ -576,12 +576,14 @@ check_merge_heads(merge_heads)
 # `(output, weights)`. The mask is boolean, `True` = may attend, broadcastable to
 # `(batch, heads, q_len, k_len)`. Use your `split_heads` and `merge_heads`, and write the attention itself
 # (scores, mask, softmax, weighted sum) rather than calling the package's. For the mask and the softmax, reuse
-# your safe `masked_softmax` of chapter 02's exercise 3 (each chapter is a fresh kernel: paste it into the cell
-# above your function; the solution below copies it), so that a query with no
+# your safe `masked_softmax` of chapter 02's exercise 3 (each chapter is a fresh kernel: paste it at the top of
+# the exercise cell, above your class; the solution below copies it), so that a query with no
 # visible key gets all-zero weights rather than NaN: each head then outputs 0 for it, and the module returns
-# $W^O$'s bias. The checker tries self- and cross-attention, padding and causal masks, float32 and float64, and
-# two batches with such queries: a left-padded sequence under the causal mask (its first, padded positions see
-# only pads) and a batch whose second source sentence is all padding.
+# the bias of `w_o` (what `w_o` gives for an all-zero input; `nn.Linear` has one, though the paper's formula
+# does not). The checker tries self- and cross-attention, padding and causal masks, float32 and float64, and
+# two batches with such queries: a sequence padded at the start instead of the end (left-padded) under the
+# causal mask, whose first positions may see only earlier positions, all of them pads, so they see no key at
+# all; and a batch whose second source sentence is all padding.
 
 # %%
 class MyMultiHeadAttention(nn.Module):

@@ -261,9 +261,9 @@ for where, slope in zip(probe.tolist(), probe.grad.tolist()):
 # $$\mathrm{FFN}_{\mathrm{SwiGLU}}(x) = \big(\mathrm{Swish}(xW) \odot xV\big)\,W_2,\qquad
 # \mathrm{Swish}(z) = z\,\mathrm{sigmoid}(z),$$
 #
-# where $\mathrm{sigmoid}(z) = 1/(1 + e^{-z})$ is the logistic function (`torch.sigmoid`; papers often write it
-# $\sigma$, which in this course is a standard deviation, as in chapter 05) and $\odot$ multiplies
-# elementwise: one projection $xV$ is *gated* by another, $\mathrm{Swish}(xW)$, so each hidden unit is a
+# where $\mathrm{sigmoid}(z) = 1/(1 + e^{-z})$ is the logistic function, `torch.sigmoid`. (Papers often write
+# it $\sigma$; in this course $\sigma$ is a standard deviation, as in chapter 05.) Swish is also called SiLU
+# (`F.silu`). $\odot$ multiplies elementwise: one projection $xV$ is *gated* by another, $\mathrm{Swish}(xW)$, so each hidden unit is a
 # product of two learned views of the input. It has three matrices instead of two, so $d_{ff}$ is usually
 # shrunk (to about $\tfrac{2}{3} \cdot 4d_{\text{model}}$) to keep the parameter count. It is still
 # position-wise: everything said in this chapter about shapes and mixing still holds. Chapter 16 builds it and

@@ -426,9 +426,9 @@ check_generator(Generator)
 # ### Exercise 3: tie the weights
 # **Difficulty** 2/3 · **Importance** 2/3 · **Time** ~10 min
 #
-# Write `tie_weights(embedding, generator)`: `embedding` is an `nn.Embedding(V, d_model)`, `generator` an
-# `nn.Linear(d_model, V, bias=False)`. Afterwards the generator must use the embedding's weight — shared, so
-# that training updates one matrix, not a copy.
+# Write `tie_weights(embedding, generator)`: `embedding` is an `nn.Embedding(vocab_size, d_model)`,
+# `generator` an `nn.Linear(d_model, vocab_size, bias=False)`. Afterwards the generator must use the
+# embedding's weight — shared, so that training updates one matrix, not a copy.
 
 # %%
 def tie_weights(embedding, generator):
@@ -450,7 +450,8 @@ check_tie_weights(tie_weights)
 #
 # Write `count_by_formula(c)` for a `T.TransformerConfig` `c` (sinusoidal positions, biases, post-norm, no
 # final norm) that returns the exact number of parameters of `T.Transformer(c)` — without building it. Use
-# `c.d_model`, `c.d_ff`, `c.num_encoder_layers`, `c.num_decoder_layers`, `c.src_vocab`, `c.tgt_vocab`, and
+# `c.d_model`, `c.d_ff`, `c.num_encoder_layers`, `c.num_decoder_layers`, `c.src_vocab`, `c.tgt_vocab` (the
+# vocabulary sizes, ints), and
 # mind `c.share_embeddings` (one matrix for source and target) and `c.tie_embeddings` (generator = target
 # embedding; an untied generator has no bias).
 

@@ -260,8 +260,8 @@ print(hint_of(lambda: check_multi_head_attention(MergeWithoutTranspose)))
 # Filling the masked scores with $-\infty$ is right, until a query has **no** visible key. The key-only
 # padding masks of this course never do that to a right-padded batch: they hide padded *keys*, so even a padded
 # query still sees the real tokens (chapter 08). Fully masked rows come from other masks: a sequence that is
-# padding only (an empty sentence in the batch), a **left**-padded target under the causal mask (the first,
-# padded query may see only itself, a pad), or a mask that hides padded *queries* too, such as the outer
+# padding only (an empty sentence in the batch), a **left**-padded target under the causal mask (the causal
+# mask lets the first query see only itself, a pad that the padding mask hides, so it sees no key), or a mask that hides padded *queries* too, such as the outer
 # product `pad[:, None, :, None] & pad[:, None, None, :]` some implementations build. Such a row is all
 # $-\infty$, and
 # $\mathrm{softmax}$ computes $e^{-\infty} / \sum e^{-\infty} = 0/0$ = NaN. One NaN in the forward pass
@@ -830,11 +830,11 @@ print("implicit masks give the same logits:", torch.allclose(implicit, explicit)
 
 # %%
 class LogProbGenerator(nn.Module):
-    def __init__(self, d_model, vocab):
+    def __init__(self, d_model, vocab_size):
         super().__init__()
-        self.proj = nn.Linear(d_model, vocab)
+        self.proj = nn.Linear(d_model, vocab_size)
 
-    def forward(self, x):  # (batch, len, d_model) -> (batch, len, vocab) log-probabilities
+    def forward(self, x):  # (batch, len, d_model) -> (batch, len, vocab_size) log-probabilities
         return self.proj(x).log_softmax(dim=-1)
 
 

@@ -133,8 +133,9 @@ print(f"parameters: decoder layer {sum(parts(decoder_layer).values()):,}, GPT bl
 
 # %% [markdown]
 # What goes: the cross-attention sub-layer. Its attention `cross_attn` is the only part that reads the
-# encoder memory; its layer norm `norm2` and its dropout `dropout2` never see the memory, but they serve that
-# sub-layer alone, so they go with it. What stays: masked self-attention and the feed-forward network, each with
+# encoder memory; its layer norm `norm2` and its dropout `dropout2` do not take the memory as input (`norm2`
+# prepares the sub-layer's query, `dropout2` thins its output), but they serve that sub-layer alone, so they
+# go with it. What stays: masked self-attention and the feed-forward network, each with
 # its residual connection (the feed-forward's norm and dropout are number 3 in the decoder layer and number 2 in
 # the block, since there is one sub-layer fewer). GPT-2 uses pre-norm
 # (chapter 05: the norm inside the residual branch), so we compare with a pre-norm decoder layer.

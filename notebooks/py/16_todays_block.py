@@ -861,8 +861,9 @@ check_rotary(my_rope)
 #
 # Write `MySwiGLU(d_model, hidden)` with three bias-free linear layers named `w_gate`, `w_up`
 # (`d_model -> hidden`) and `w_down` (`hidden -> d_model`), computing
-# $w_{down}(\mathrm{SiLU}(w_{gate}(x)) \odot w_{up}(x))$. Use `F.silu`, or write `z * torch.sigmoid(z)`. The
-# checker names: gate and value swapped, no SiLU, GLU/ReGLU/GEGLU (sigmoid, ReLU or GELU on the gate), an
+# $w_{down}(\mathrm{SiLU}(w_{gate}(x)) \odot w_{up}(x))$. Use `F.silu`, or write `g * torch.sigmoid(g)` for
+# the gate `g = self.w_gate(x)`. The checker names: gate and value swapped, no SiLU, GLU/ReGLU/GEGLU
+# (sigmoid, ReLU or GELU on the gate), an
 # addition instead of the product, SiLU after the product.
 
 # %%
