@@ -108,8 +108,9 @@ def _safe_loader_takes(value) -> bool:
 @pytest.mark.parametrize("value", [{1, 2}, frozenset({3}), bytearray(b"x"), 1 + 2j],
                          ids=["set", "frozenset", "bytearray", "complex"])
 def test_extra_values_this_torch_may_refuse_are_refused_when_saving(tmp_path, model, data, value):
-    """What torch's safe loader accepts depends on its version (torch 2.5 refuses a set or a complex number, 2.6+ takes them): a value
-    the installed torch would refuse on loading is refused when saving, with the reason; anything else loads."""
+    """What torch's safe loader accepts depends on its version (torch 2.5 refuses a set or a complex number,
+    2.6+ takes them): a value the installed torch would refuse on loading is refused when saving, with the
+    reason; anything else loads."""
     if _safe_loader_takes(value):
         _save(tmp_path / "m.pt", model, data, extra={"v": value})
         assert load_checkpoint(tmp_path / "m.pt", device="cpu").extra == {"v": value}

@@ -196,7 +196,8 @@ def causal_with_device(tokens: torch.Tensor) -> torch.Tensor:
 def test_a_tensor_built_without_device_is_caught_with_or_without_a_gpu() -> None:
     tokens = torch.tensor([[3, 4, 0]])
     where = "cuda" if torch.cuda.is_available() else "meta"  # the GPU when there is one, else shapes only
-    with pytest.raises(Mistake, match=f"returns a tensor on cpu when `tokens` is on {where}: build new tensors on `tokens.device`"):
+    expected = f"returns a tensor on cpu when `tokens` is on {where}: build new tensors on `tokens.device`"
+    with pytest.raises(Mistake, match=expected):
         check_device_placement(causal_without_device, tokens, what="your causal mask")
     check_device_placement(causal_with_device, tokens, what="your causal mask")
 

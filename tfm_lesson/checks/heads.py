@@ -54,8 +54,9 @@ FULLY_MASKED_NAN = (
     "{setting}: your output is NaN for the queries that see no key at all ({count} of them, the first at batch "
     "{b}, query {i}): every key of their mask row is False. Their scores are all -inf, and the softmax of a row of "
     "-inf is 0/0 = NaN. Such a query must get zero weights, so each head outputs 0 there and the module returns "
-    "the bias of w_o (what w_o gives for an all-zero input), as tfm_lesson.MultiHeadAttention does. Use your safe masked_softmax of chapter 02 (exercise 3) for "
-    "the mask and the softmax: it leaves a fully masked row unmasked before the softmax and zeroes it after")
+    "the bias of w_o (what w_o gives for an all-zero input), as tfm_lesson.MultiHeadAttention does. Use your safe "
+    "masked_softmax of chapter 02 (exercise 3) for the mask and the softmax: it leaves a fully masked row unmasked "
+    "before the softmax and zeroes it after")
 FULLY_MASKED_UNIFORM = (
     "{setting}: for the queries that see no key at all your output is what equal weights over every key would give "
     "(each head outputs the mean of its values): a large finite fill such as -1e9 turns a fully masked row into a "
