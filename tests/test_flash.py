@@ -170,3 +170,34 @@ def test_bad_input_is_named(call, match):
     q, k, v = _qkv()
     with pytest.raises((ValueError, TypeError), match=match):
         call(q, k, v)
+
+
+# peak memory, measured (tfm_lesson.memory) ---------------------------------------------------------------------------
+def test_peak_tensor_bytes_counts_what_lives_at_once():
+    from tfm_lesson.memory import peak_tensor_bytes
+
+    def two_then_one():
+        a = torch.ones(1000)  # 4,000 bytes
+        b = torch.ones(500)  # 2,000 bytes: 6,000 live at once
+        del a, b
+        c = torch.ones(250)  # 1,000 bytes, after the others are freed
+        return c
+
+    assert peak_tensor_bytes(two_then_one) == 6000
+    x = torch.ones(1000)
+    assert peak_tensor_bytes(lambda: x[:10].view(2, 5)) == 0  # views of an input allocate nothing
+    with pytest.raises(TypeError, match="fn must be callable"):
+        peak_tensor_bytes(3)
+
+
+def test_tiled_attention_never_holds_the_square_matrix():
+    from tfm_lesson.memory import peak_tensor_bytes
+
+    length, d_k, block = 512, 16, 32
+    q, k, v = _qkv(batch=1, heads=1, q_len=length, k_len=length, d_k=d_k, d_v=d_k)
+    with torch.no_grad():
+        explicit = peak_tensor_bytes(scaled_dot_product_attention, q, k, v)
+        tiled = peak_tensor_bytes(flash_attention, q, k, v, block_size=block)
+    square = length * length * 4
+    assert explicit >= 2 * square  # scores and weights, (q_len, k_len) each
+    assert tiled < square / 10  # the output and a few (block, block) tiles
