@@ -201,3 +201,24 @@ def test_tiled_attention_never_holds_the_square_matrix():
     square = length * length * 4
     assert explicit >= 2 * square  # scores and weights, (q_len, k_len) each
     assert tiled < square / 10  # the output and a few (block, block) tiles
+
+
+# the chapter's two figures (tfm_lesson.viz) ----------------------------------------------------------------------------
+def test_scaling_and_roofline_figures():
+    from matplotlib.figure import Figure
+
+    from tfm_lesson import viz
+
+    fig = viz.plot_scaling([256, 512, 1024], {"explicit": [1.0, 4.0, 16.0], "tiled": torch.tensor([0.1, 0.2, 0.4])})
+    assert isinstance(fig, Figure) and fig.axes[0].get_title() and fig.axes[0].get_xscale() == "log"
+    assert fig._repr_png_()[:4] == b"\x89PNG"
+    roof = viz.plot_roofline(100.0, 10.0, {"decode": (0.5, 4.0), "prefill": (100.0, 80.0)})
+    assert isinstance(roof, Figure) and "intensity" in roof.axes[0].get_xlabel()
+    with pytest.raises(ValueError, match="one per length"):
+        viz.plot_scaling([1, 2], {"a": [1.0]})
+    with pytest.raises(ValueError, match="lengths must be positive"):
+        viz.plot_scaling([0, 2], {"a": [1.0, 2.0]})
+    with pytest.raises(ValueError, match=r"points\['x'\] must be \(FLOPs per byte, GFLOP/s\)"):
+        viz.plot_roofline(1.0, 1.0, {"x": 3.0})
+    with pytest.raises(ValueError, match="bandwidth_gbs must be positive"):
+        viz.plot_roofline(1.0, -1.0, {"x": (1.0, 1.0)})
