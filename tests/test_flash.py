@@ -203,7 +203,7 @@ def test_tiled_attention_never_holds_the_square_matrix():
     assert tiled < square / 10  # the output and a few (block, block) tiles
 
 
-# the chapter's two figures (tfm_lesson.viz) ----------------------------------------------------------------------------
+# the chapter's two figures (tfm_lesson.viz) -------------------------------------------------------------------------
 def test_scaling_and_roofline_figures():
     from matplotlib.figure import Figure
 
@@ -222,3 +222,17 @@ def test_scaling_and_roofline_figures():
         viz.plot_roofline(1.0, 1.0, {"x": 3.0})
     with pytest.raises(ValueError, match="bandwidth_gbs must be positive"):
         viz.plot_roofline(1.0, -1.0, {"x": (1.0, 1.0)})
+
+
+@pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
+def test_resident_peak_rise_sees_a_large_temporary():
+    from tfm_lesson.memory import resident_peak_rise
+
+    def big_temporary():
+        x = torch.ones(32 * 2**20)  # 128 MiB, touched, then freed
+        return x.sum().item()
+
+    assert resident_peak_rise(big_temporary) > 100 * 2**20
+    assert resident_peak_rise(lambda: 1) < 16 * 2**20
+    with pytest.raises(TypeError, match="fn must be callable"):
+        resident_peak_rise(None)

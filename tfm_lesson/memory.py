@@ -8,11 +8,14 @@ tensors held at one moment, beyond what existed before the call (its inputs are 
 
 What it cannot see: scratch buffers that a fused kernel allocates inside itself and frees before returning (the
 tiles of a fused SDPA kernel, say). Those never leave the kernel; for them the process's resident size is the
-honest witness (chapter 18 reads it too).
+honest witness: :func:`resident_peak_rise` (Linux) resets the process's high-water mark of resident memory, runs
+the function, and reads how far the mark rose. It sees everything the process touched, kernel scratch included,
+but also whatever else the process did meanwhile, in whole pages.
 """
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -20,7 +23,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["peak_tensor_bytes"]
+__all__ = ["peak_tensor_bytes", "resident_peak_rise"]
 
 
 class _TensorBytes(TorchDispatchMode):
@@ -65,3 +68,32 @@ def peak_tensor_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
         result = fn(*args, **kwargs)
         del result
     return tracker.peak
+
+
+_PROC = Path("/proc/self")
+
+
+def _high_water_kib() -> int:
+    for line in (_PROC / "status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/self/status has no VmHWM line: resident_peak_rise needs Linux")
+
+
+def resident_peak_rise(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """Bytes by which the process's peak resident memory rose while ``fn(*args, **kwargs)`` ran (Linux only).
+
+    Writing ``5`` to ``/proc/self/clear_refs`` resets the high-water mark ``VmHWM`` to the current resident size;
+    after the call, ``VmHWM`` minus that size is what the call added at its worst moment, counted in pages, with
+    every allocation of the process (fused kernels' scratch buffers included). Raises ``RuntimeError`` where
+    ``/proc`` does not offer this (macOS, Windows, an old kernel)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable (the code to measure), got {type(fn).__name__}")
+    try:
+        (_PROC / "clear_refs").write_text("5")
+        before = _high_water_kib()
+    except OSError as exc:
+        raise RuntimeError(f"resident_peak_rise needs Linux's /proc/self/clear_refs: {exc}") from exc
+    result = fn(*args, **kwargs)
+    del result
+    return (_high_water_kib() - before) * 1024

@@ -559,6 +559,8 @@ def plot_roofline(peak_gflops: float, bandwidth_gbs: float, points: Mapping[str,
     sns.scatterplot(x=xs, y=ys, hue=list(points), palette="viridis", s=45, ax=ax, zorder=3, edgecolor="black")
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity I (FLOPs per byte moved)",
            ylabel="GFLOP/s", title=title or "Roofline")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="major", alpha=0.3)
     return fig
