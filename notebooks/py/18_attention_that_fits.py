@@ -20,8 +20,8 @@
 # Every attention in this course so far builds the whole matrix of scores, one number for every (query, key)
 # pair: $(\text{q\_len}, \text{k\_len})$ numbers per head. At 4,096 tokens that matrix alone is 64 MiB per head in
 # float32, and a softmax over it writes another one as large. Yet the models you will use read contexts of
-# hundreds of thousands of tokens. They never build that matrix. This chapter shows how, and proves that
-# nothing is lost: the result is the same attention, to rounding.
+# hundreds of thousands of tokens. The attention kernels that run them never build that matrix. This chapter
+# shows how, and proves that nothing is lost: the result is the same attention, to rounding.
 #
 # **What you will learn**
 # - the **online softmax** (Milakov & Gimelshein, 2018): a softmax computed in one pass over blocks of a row,
@@ -122,12 +122,15 @@ for length in (512, 4096, 32768, 131072):
 # $$\ell \leftarrow \alpha\, \ell + \mathrm{rowsum}(P), \qquad A \leftarrow \alpha\, A + P V_j,
 #   \qquad m \leftarrow m'.$$
 #
-# After the last tile, $O_i = A / \ell$ (row by row). Masked scores are $-\infty$ and contribute $e^{-\infty} = 0$.
-# A query that sees no key keeps $m = -\infty$, $\ell = 0$: its output is set to 0 (the course's rule since
-# chapter 02), and $m' = -\infty$ is replaced by 0 in the exponents so that $e^{-\infty - (-\infty)}$, which is
-# NaN, never happens. With a causal mask, query $i$ sees key $j$ when $j \le i$ **as positions in the
-# sequence**: in the tile that starts at query $q_0$ and key $k_0$, row $r$ and column $c$ are positions
-# $q_0 + r$ and $k_0 + c$. Tiles whose first key comes after their last query are skipped altogether.
+# After the last tile, $O_i = A / \ell$ (row by row). (This order, queries outside and keys inside, with one
+# division at the end, is FlashAttention-2's (Dao, 2023); the first paper kept the output normalised by the running
+# sum at every step, which gives the same result with more divisions.)
+#
+# Masked scores are $-\infty$ and contribute $e^{-\infty} = 0$. A query that sees no key keeps $m = -\infty$, $\ell =
+# 0$: its output is set to 0 (the course's rule since chapter 02), and $m' = -\infty$ is replaced by 0 in the exponents
+# so that $e^{-\infty - (-\infty)}$, which is NaN, never happens. With a causal mask, query $i$ sees key $j$ when $j \le
+# i$ **as positions in the sequence**: in the tile that starts at query $q_0$ and key $k_0$, row $r$ and column $c$ are
+# positions $q_0 + r$ and $k_0 + c$. Tiles whose first key comes after their last query are skipped altogether.
 #
 # **What the backward pass keeps.** Per query, the log-sum-exp $L = m + \log \ell = \log \sum_j e^{S_j}$. With
 # it any tile of probabilities comes back in one step, $P = e^{S - L}$, already normalised. With
@@ -138,8 +141,9 @@ for length in (512, 4096, 32768, 131072):
 #   dK_j \mathrel{+}= dS^\top Q_i / \sqrt{d_k}.$$
 #
 # ($D_r = \sum_j P_{rj}\, dP_{rj}$, which equals $\sum_c dO_{rc}\, O_{rc}$ because $O = PV$: one number per query,
-# from the saved output.) Nothing of size $(\text{q\_len}, \text{k\_len})$ is stored: the scores are computed
-# twice, once forward and once backward. FlashAttention trades arithmetic for memory on purpose.
+# from the saved output. The first FlashAttention paper saved $m$ and $\ell$; saving their combination $L$ is
+# FlashAttention-2's simplification.) Nothing of size $(\text{q\_len}, \text{k\_len})$ is stored: the scores
+# are computed twice, once forward and once backward. FlashAttention trades arithmetic for memory on purpose.
 #
 # ## Build it
 #
@@ -272,7 +276,10 @@ for name, a, b in zip(("dQ", "dK", "dV"), tiled_grads, explicit_grads):
 # inside itself (SDPA's own tiles); the cross-check after the figure reads the resident size of a fresh process
 # for those.
 #
-# One head, $d_k = 64$, float32, under `torch.no_grad()` (inference), tiles of 128 for the tiled version:
+# Three contenders: the explicit path of chapter 01; the tiled `flash_attention`; and PyTorch's own
+# `F.scaled_dot_product_attention`, which on a CPU runs a **fused kernel**: one compiled function that does the
+# whole attention in one call, itself tile by tile. One head, $d_k = 64$, float32, under `torch.no_grad()`
+# (inference), tiles of 128 for the tiled version:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -311,8 +318,8 @@ viz.plot_scaling(lengths, {name: [b / 2**20 for b in peaks[name]] for name in me
 # Read the table above and the figure. The explicit path's peak is twice the square matrix (the last row of the
 # first table): the scores and the softmax's output exist at the same moment. It follows the dotted line of
 # slope 2: doubling the length multiplies it by four. The tiled version's peak is the output, $(\text{len}, 64)$,
-# plus a few tiles of $128 \times 128$: it follows slope 1. SDPA's is little more than the output, as far as a
-# hook above the kernel can see.
+# plus a few tiles of $128 \times 128$: once the output dominates, it follows slope 1. SDPA's is little more than
+# the output, as far as a hook above the kernel can see.
 #
 # The second table is the time. At short lengths the tiled version is many times slower than the explicit one:
 # its tiles are a Python loop, about a dozen small PyTorch calls per tile, each paying Python's and PyTorch's
@@ -368,9 +375,10 @@ print(f"the ({length}, {length}) float32 matrix: {length * length * 4 / 2**20:.0
 
 
 # %% [markdown]
-# The cell above prints the peaks of a forward and a backward pass at 2,048 tokens. The explicit one holds
-# several square matrices at once (the scores, the weights autograd saved, and the gradients of both); the tiled
-# one holds the inputs' gradients, the saved output and tiles.
+# The cell above prints the peaks of a forward and a backward pass at 2,048 tokens. Compare the explicit one with
+# the square matrix printed below it: it holds several such matrices at once (the weights autograd saved, and the
+# gradients of the weights and of the scores); the tiled one holds the inputs' gradients, the saved output and
+# tiles.
 #
 # ## Decoding's real bottleneck: memory traffic
 #
@@ -382,13 +390,13 @@ print(f"the ({length}, {length}) float32 matrix: {length * length * 4 / 2**20:.0
 #
 # $$I = \frac{2mkn}{(mk + kn + mn) \cdot \text{bytes per number}}.$$
 #
-# The **roofline model** (Williams, Waterman & Patterson, 2009) draws what a machine can attain at intensity
-# $I$: $\min(\text{peak FLOP/s},\ \text{bandwidth} \times I)$. Left of the knee, $I < \text{peak}/\text{bandwidth}$,
-# the operation is **memory-bound**: it finishes when its bytes have arrived, and more arithmetic would be free.
-# Right of it, it is **compute-bound**.
+# The **roofline model** (Williams, Waterman & Patterson, 2009, who call $I$ the *operational* intensity) draws what a
+# machine can attain at intensity $I$: $\min(\text{peak FLOP/s},\ \text{bandwidth} \times I)$. Left of the knee, $I <
+# \text{peak}/\text{bandwidth}$, the operation is **memory-bound**: it finishes when its bytes have arrived, and more
+# arithmetic would be free. Right of it, it is **compute-bound**.
 #
 # A language model's weights are matrices $(d, d)$. **Prefill**, reading a prompt of $m$ tokens, multiplies
-# $(m, d)$ by each weight: with $m$ in the hundreds the intensity is in the hundreds. **Decode**, writing one
+# $(m, d)$ by each weight: with $m$ in the hundreds the intensity is around a hundred or more. **Decode**, writing one
 # token at a time with a KV cache (chapter 15), multiplies $(1, d)$ by each weight: a matrix–vector product,
 # $I \approx 2d^2 / (d^2 \cdot 4) = 0.5$ FLOP/byte in float32, whatever $d$ is. Measure both on this machine.
 # First the two roofs: the best FLOP/s of a large square product, and the speed of reading a large array, measured
@@ -452,12 +460,13 @@ viz.plot_roofline(peak_gflops, bandwidth_gbs, points, title=f"Roofline of this m
 # the time per pass, the last column, grows far more slowly than $m$. A point can also sit well below the roof:
 # the library picks a different kernel for each shape, and some shapes are served badly.
 #
-# This is why decoding is memory-bound on every machine, GPUs included (whose knee sits at a much higher
-# intensity): each generated token reads **every weight** and, for attention, **the whole KV cache**, to do about
-# one or two FLOPs per number read. Attention at decode time is even worse off than the weights: one query of
-# $d_k$ numbers meets $L$ cached keys and values, about $4 L d_k$ FLOPs for $2 L d_k$ numbers read. Grouped-query
-# attention (chapter 16) lets $g$ query heads share one key/value head: the same bytes then serve $g$ queries,
-# which multiplies that intensity by $g$ and divides the cache by $g$:
+# This is why decoding one sequence at a time is memory-bound on every machine, GPUs included (whose knee sits at
+# a much higher intensity): each generated token reads **every weight** and, for attention, **the whole KV
+# cache**, to do about two FLOPs per number read. Attention at decode time is no better off than the weights: one
+# query of $d_k$ numbers meets $L$ cached keys and values, about $4 L d_k$ FLOPs for $2 L d_k$ numbers read. And
+# where a batch of sequences shares every weight read, each sequence has its own cache, so batching does not raise
+# attention's intensity. Grouped-query attention (chapter 16) does: $g$ query heads share one key/value head, the
+# same bytes serve $g$ queries, which multiplies the intensity by $g$ and divides the cache by $g$:
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -33,8 +33,9 @@ NO_RESCALE_SUM = ("the output accumulator is rescaled but the running sum is not
                   "same alpha = exp(m - m_new) as acc")
 PER_BLOCK = ("each block is normalised by its own sum: the softmax divides by the sum over the WHOLE row, known only "
              "after the last block; keep the unnormalised exp(x - m) sums and divide once, at the end")
-PER_BLOCK_ATT = ("each tile's probabilities are normalised by that tile's own sum (softmax per tile): divide the "
-                 "accumulator by the running sum l once, after the last key tile, not tile by tile")
+PER_BLOCK_ATT = ("each tile's probabilities are normalised by that tile's own sum (softmax per tile): the weights "
+                 "of a query sum to 1 over ALL its keys, so divide the accumulator by the running sum l of every "
+                 "tile seen, once after the last key tile")
 CAUSAL_LOCAL = ("the causal mask uses the row and column inside the tile: query q0 + r may see key k0 + c when "
                 "k0 + c <= q0 + r, i.e. compare the positions in the whole sequence (torch.arange(q0, q1) against "
                 "torch.arange(k0, k1)), not torch.ones(block_q, block_k).tril()")
