@@ -236,3 +236,10 @@ def test_resident_peak_rise_sees_a_large_temporary():
     assert resident_peak_rise(lambda: 1) < 16 * 2**20
     with pytest.raises(TypeError, match="fn must be callable"):
         resident_peak_rise(None)
+
+
+def test_a_second_derivative_is_refused_not_wrong():
+    q, k, v = _qkv(batch=1, heads=1, q_len=4, k_len=4, dtype=torch.float64, grad=True)
+    (grad_q,) = torch.autograd.grad(flash_attention(q, k, v, block_size=2).sum(), (q,), create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
+        grad_q.sum().backward()

@@ -16,6 +16,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ._checks import check_positive_int
 from .masks import check_mask
@@ -188,6 +189,7 @@ class FlashAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # a gradient of the gradient would need lse's own derivative: refused with a clear error
     def backward(ctx, grad_out: Tensor):
         query, key, value, out, lse = ctx.saved_tensors
         grad_q, grad_k, grad_v = _backward(grad_out, query, key, value, out, lse, ctx.mask, ctx.causal,
