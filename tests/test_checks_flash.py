@@ -1,0 +1,139 @@
+"""Chapter 18 checkers: a right answer passes; each classic mistake, written the way a learner would write it, fails
+with its own hint."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tfm_lesson.checks import Mistake, check_arithmetic_intensity, check_online_softmax, check_tiled_attention
+from tfm_lesson.flash import flash_attention, online_softmax
+
+
+# the online softmax -------------------------------------------------------------------------------------------------
+def learner_softmax(x, block_size, *, rescale=True, per_block=False, guard=True):
+    if per_block:
+        return torch.cat([x[..., s:s + block_size].softmax(-1) for s in range(0, x.size(-1), block_size)], dim=-1)
+    m = torch.full(x.shape[:-1], float("-inf"))
+    d = torch.zeros(x.shape[:-1])
+    for s in range(0, x.size(-1), block_size):
+        block = x[..., s:s + block_size]
+        m_new = torch.maximum(m, block.max(dim=-1).values)
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new) if guard else m_new
+        d = (d * torch.exp(m - shift) if rescale else d) + torch.exp(block - shift[..., None]).sum(-1)
+        m = m_new
+    shift = torch.where(m == float("-inf"), 0.0, m) if guard else m
+    out = torch.exp(x - shift[..., None]) / d[..., None]
+    return torch.where(d[..., None] > 0, out, 0.0) if guard else out
+
+
+def test_online_softmax_right_answers_pass(capsys):
+    check_online_softmax(learner_softmax)
+    check_online_softmax(online_softmax)
+    assert capsys.readouterr().out.count("✔ check_online_softmax passed") == 2
+
+
+@pytest.mark.parametrize("kwargs, hint", [
+    (dict(rescale=False), "the running sum is not rescaled when the maximum grows"),
+    (dict(per_block=True), "each block is normalised by its own sum"),
+    (dict(guard=False), "a row that sees nothing .* gives NaN"),
+])
+def test_online_softmax_mistakes(kwargs, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_online_softmax(lambda x, b: learner_softmax(x, b, **kwargs))
+
+
+def test_online_softmax_stub_and_shape():
+    with pytest.raises(Mistake, match="returned None"):
+        check_online_softmax(lambda x, b: None)
+    with pytest.raises(Mistake, match="expected"):
+        check_online_softmax(lambda x, b: x.softmax(-1).sum(-1))
+
+
+# tiled attention ----------------------------------------------------------------------------------------------------
+def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=True, rescale_acc=True,
+                  per_tile=False, local_causal=False, guard=True):
+    q_len, k_len = q.size(2), k.size(2)
+    out = torch.zeros(*q.shape[:3], v.size(-1))
+    for q0 in range(0, q_len, block_size):
+        q1 = min(q0 + block_size, q_len)
+        m = torch.full(q.shape[:2] + (q1 - q0,), float("-inf"))
+        l = torch.zeros(q.shape[:2] + (q1 - q0,))
+        acc = torch.zeros(*q.shape[:2], q1 - q0, v.size(-1))
+        for k0 in range(0, k_len, block_size):
+            k1 = min(k0 + block_size, k_len)
+            s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(q.size(-1))
+            if causal:
+                if local_causal:  # the classic slip: row and column inside the tile
+                    visible = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool).tril()
+                else:
+                    visible = torch.arange(k0, k1)[None, :] <= torch.arange(q0, q1)[:, None]
+                s = s.masked_fill(~visible, float("-inf"))
+            if mask is not None:
+                s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
+            if per_tile:
+                acc = acc + s.softmax(-1).nan_to_num() @ v[:, :, k0:k1]
+                continue
+            m_new = torch.maximum(m, s.max(-1).values)
+            shift = torch.where(m_new == float("-inf"), 0.0, m_new) if guard else m_new
+            p = torch.exp(s - shift[..., None])
+            alpha = torch.exp(m - shift)
+            l = (alpha * l if rescale_sum else l) + p.sum(-1)
+            acc = (alpha[..., None] * acc if rescale_acc else acc) + p @ v[:, :, k0:k1]
+            m = m_new
+        if per_tile:
+            out[:, :, q0:q1] = acc
+        elif guard:
+            out[:, :, q0:q1] = torch.where(l[..., None] > 0, acc / l.clamp_min(1e-30)[..., None], 0.0)
+        else:
+            out[:, :, q0:q1] = acc / l[..., None]
+    return out
+
+
+def test_tiled_attention_right_answers_pass(capsys):
+    check_tiled_attention(learner_tiled)
+    check_tiled_attention(lambda q, k, v, b, causal=False, mask=None: flash_attention(q, k, v, mask, b, causal))
+    assert capsys.readouterr().out.count("✔ check_tiled_attention passed") == 2
+
+
+@pytest.mark.parametrize("kwargs, hint", [
+    (dict(rescale_sum=False, rescale_acc=False), "the running sum and the output accumulator are not rescaled"),
+    (dict(rescale_acc=False), "the running sum is rescaled but the output accumulator is not"),
+    (dict(rescale_sum=False), "the output accumulator is rescaled but the running sum is not"),
+    (dict(per_tile=True), "normalised by that tile's own sum"),
+    (dict(local_causal=True), "the causal mask uses the row and column inside the tile"),
+    (dict(guard=False), "a query that may see no key gives NaN"),
+])
+def test_tiled_attention_mistakes(kwargs, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_tiled_attention(lambda *a: learner_tiled(*a, **kwargs))
+
+
+def test_tiled_attention_ignoring_the_mask_is_caught():
+    with pytest.raises(Mistake, match="differs from attention with the mask"):
+        check_tiled_attention(lambda q, k, v, b, causal=False, mask=None: learner_tiled(q, k, v, b, causal))
+
+
+# arithmetic intensity -----------------------------------------------------------------------------------------------
+def intensity(m, k, n, size, *, two=2, output=True, bits=False, per_byte=True, upside_down=False):
+    flops = two * m * k * n
+    moved = (m * k + k * n + (m * n if output else 0)) * (size if per_byte else 1) * (8 if bits else 1)
+    return moved / flops if upside_down else flops / moved
+
+
+def test_arithmetic_intensity_right_answer_passes(capsys):
+    check_arithmetic_intensity(intensity)
+    assert "✔ check_arithmetic_intensity passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kwargs, hint", [
+    (dict(two=1), "FLOPs counted as m\\*k\\*n"),
+    (dict(output=False), "the output is not counted"),
+    (dict(bits=True), "bits, not bytes"),
+    (dict(per_byte=False), "bytes_per_number is missing"),
+    (dict(upside_down=True), "upside down"),
+])
+def test_arithmetic_intensity_mistakes(kwargs, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_arithmetic_intensity(lambda *a: intensity(*a, **kwargs))
