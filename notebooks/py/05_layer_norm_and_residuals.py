@@ -515,7 +515,7 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 #
 # 1. *Scale.* In post-norm every layer ends with a layer norm, so every layer's output has std 1: the
 #    stream is reset each time. In pre-norm the stream is the running sum of all sub-layer outputs and
-#    grows steadily with depth (here from about 1.05 to about 1.8 over 24 layers). That growth is harmless
+#    grows steadily with depth (the cell above prints its std at the first and the last of the 24 layers). That growth is harmless
 #    because every sub-layer reads a normalised copy, and the final norm rescales the output; but it means
 #    each later layer changes the stream *relatively* less.
 # 2. *The learning signal on the way down.* In pre-norm the gradient reaching a layer's output is the top's

@@ -404,7 +404,7 @@ plt.show()
 #   *encoder* self-attention block only 3 points are lost.
 # - **Entropy is a hint, not a verdict.** Both correlations are negative: heads with *lower* entropy (sharper,
 #   pointer-like) tend to cost *more* when removed. The rank correlation ($\rho = -0.69$) is much stronger than
-#   Pearson's $r = -0.27$: the damage is very skewed (two heads near 80 points, most far lower), and a straight
+#   Pearson's $r = -0.27$: the damage is very skewed (two heads at 82 and 78 points, most far lower), and a straight
 #   line fits such a cloud badly even when the order agrees. Still, the order is not a law — the second most
 #   harmful head has middling entropy (0.50) — and 24 heads are few. Claims drawn from attention maps alone
 #   should be checked by an intervention like this one.
