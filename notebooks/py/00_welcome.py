@@ -77,7 +77,7 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # it always works from a fresh start. (Run All also runs the solution cells under the exercises, so a checker
 # then tests the reference solution, not your answer: to check your own code, run the cells one by one and skip
 # the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU; the
-# chapters that train models (10 to 14 and 16) take a few minutes each.
+# chapters 10 to 14 and 16, which train models, take a few minutes each.
 
 # %% [markdown]
 # ### Exercises, checkers and quizzes
