@@ -27,7 +27,8 @@ What counts as a number (the rules, kept narrow so that what is left is checked)
   (``$...$``: formulas, whose numbers are exponents and indices), link targets, the exercise label line
   (``**Difficulty** 1/3 ...``), and references: ``chapter(s) 10–13``, ``section 3.4``, ``table 3``,
   ``equation (1)``, ``exercise 2``, ``cell 37``, ``figure 1``, years of citations (4 digits from 1900 to 2099
-  next to a name, "et al." or in parentheses) and version numbers (``torch 2.13``, ``7.7``, ``v4``).
+  next to a name, "et al." or in parentheses, and any integer from 1950 to 2039), version numbers
+  (``torch 2.13``, ``v4``), number formats (``16-bit``) and a table's row number (``| 13 | ...``).
 
 The instructors' pages (``book/instructors_answers.md``, ``book/instructors_paths.md``) quote the chapters:
 every figure they attribute to a chapter (see :func:`page_claims`) must be in that chapter's outputs, code or
@@ -69,6 +70,7 @@ DROP = [
                r"\d+(?:\.\d+)+", re.I),
     re.compile(r"^\s*#{1,6} .*$", re.M),  # headings ("# 14 · A language model")
     re.compile(r"^\|\s*\d+\s*\|", re.M),  # a table's row number ("| 13 | ...")
+    re.compile(r"\b\d+-bit\b"),  # a number format ("16-bit floats")
     re.compile(r"(?<![\d,.])(?:19[5-9]\d|20[0-3]\d)(?![\d,.])"),  # years ("the Transformer of 2017")
 ]
 

@@ -266,7 +266,9 @@ for hyp in (["le chat noir dort .", "les enfants ne mangent pas ."],
 # touches the word), and little in chrF.
 #
 # The lines above are those of the run stored with this page, made on a 2-core x86-64 CPU: the training time is
-# printed under the training cell, and your machine's will differ. Beam search gains little over greedy here
+# printed under the training cell, and your machine's will differ. So, a little, can the scores: another CPU
+# rounds differently, and on a GPU `train` uses mixed precision (16-bit floats for most of the arithmetic), so
+# expect scores that differ by a point or so and other sentences among the mistakes. Beam search gains little over greedy here
 # (compare the two rows), for the reason given above. Note also that the last validation line (200 validation
 # sentences) and the test rows (500 test sentences) differ by several points: different sentences, small
 # samples. The first example below shows one kind of mistake left, an agreement error; nothing here counts how

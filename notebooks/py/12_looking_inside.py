@@ -391,7 +391,9 @@ plt.show()
 
 # %% [markdown]
 # What to take from these pictures (the numbers are the ones printed above, from the run stored with this
-# chapter; a run on your machine gives the same ones up to floating-point details):
+# chapter, on a CPU; on another machine, and especially on a GPU, where `train` uses mixed precision, the
+# trained model differs a little, and so can each head's damage and which heads top the list; the pattern
+# described below is what to look for):
 #
 # - **A few heads are essential.** Two heads stand out: head 3 of the first decoder self-attention layer
 #   (82 points) and head 1 of the first cross-attention layer (78 points). Without either one almost no number
