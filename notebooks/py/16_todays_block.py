@@ -815,7 +815,8 @@ widgets.Explorer("rope_explorer", {"theta": theta_slider, "d_k": d_k_slider}, re
 # `(d_model,)`), computing $\text{weight} \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$ over the last axis.
 # The checker compares it with `torch.nn.RMSNorm` on tiny and ordinary activations, and names the classic
 # mistakes: subtracting the mean, $\epsilon$ outside the root, the sum instead of the mean, the standard
-# deviation, a forgotten gain, a shift that should not be there.
+# deviation (or `sqrt(x.var() + eps)`), a fixed $\epsilon$ instead of the constructor's, a mean without
+# `keepdim=True`, a forgotten gain, a shift that should not be there.
 
 # %%
 class MyRMSNorm(nn.Module):
@@ -854,7 +855,8 @@ check_rms_norm(MyRMSNorm)
 # shape `(seq_len, d_k)` with angle $(\text{offset} + t)\,\theta_i$ written at both features $i$ and $i + d_k/2$,
 # and `rotate_half(x)` is `torch.cat([-x2, x1], dim=-1)` for the halves `x1 = x[..., :d_k // 2]` and
 # `x2 = x[..., d_k // 2:]` (define it yourself; it is not imported here). The checker tries
-# offsets up to 40 and bases from 100 to $10^6$ and names: the interleaved convention, a forgotten offset
+# offsets up to 40 and bases from 100 to $10^6$ and names: the interleaved convention, the two conventions
+# mixed (halves pairs with an interleaved angle layout, or the reverse), a forgotten offset
 # (every cached token would sit at position 0), a rotation the wrong way round, wrong frequencies, a base
 # fixed at 10,000.
 
