@@ -410,6 +410,18 @@ plt.show()
 #   line fits such a cloud badly even when the order agrees. Still, the order is not a law — the second most
 #   harmful head has middling entropy (0.50) — and 24 heads are few. Claims drawn from attention maps alone
 #   should be checked by an intervention like this one.
+# - **A caveat on the method.** Zeroing a head feeds the layers after it an input they never met in training.
+#   The damage therefore mixes two things: how much the model relies on that head, and how badly it copes with
+#   an input off its usual distribution. Replacing the head's output by its average over many inputs (mean
+#   ablation) stays closer to what the model knows, and can rank the heads differently.
+# - **What larger studies found.** Michel et al. (2019, *Are Sixteen Heads Really Better than One?*) and Voita
+#   et al. (2019, *Analyzing Multi-Head Self-Attention*) removed heads from trained translation models (and
+#   BERT, in Michel et al.): most heads can go at little cost, while a few specialised ones carry much of the
+#   work, the picture above at a larger scale. Clark et al. (2019, *What Does BERT Look At?*) found BERT heads
+#   that follow syntactic relations. Whether attention weights *explain* a prediction is disputed: Jain and
+#   Wallace (2019, *Attention is not Explanation*) showed weights that can be changed a lot without changing the
+#   output; Wiegreffe and Pinter (2019, *Attention is not not Explanation*) answered that this depends on what
+#   one calls an explanation and how one tests it.
 #
 # ## Try this
 #

@@ -641,8 +641,10 @@ print(hint_of(lambda: check_positional_encoding(PositionsAlongBatch)))
 # `residual = copy.deepcopy(x)` looks like a careful way to keep the input. But a deep copy of a tensor is
 # a new tensor **outside the autograd graph**: the output is the same number, the gradient through the
 # residual path is gone. Inside a real model every layer's input is the result of an operation, and there
-# `deepcopy` raises instead; where it does run (on a leaf tensor, as below) it silently cuts the gradient, as
-# `x.detach()` or `x.data` would anywhere. The residual connection exists precisely to carry gradients: a
+# `deepcopy` raises a `RuntimeError`, which is what you will usually meet: in the cell below the first copy
+# works (its input is a leaf tensor, made by hand) and the second one, of `norm1`'s output, raises. Where it
+# does run, on a leaf, it silently cuts the gradient, as `x.detach()` or `x.data` would anywhere; the checker's
+# hint names both. The residual connection exists precisely to carry gradients: a
 # model whose residuals are cut that way trains like a deep network without shortcuts.
 
 # %%
@@ -701,7 +703,10 @@ print(hint_of(lambda: check_encoder_layer(PostNormProsePreNormCode)))
 #
 # The mistakes above come from five classic from-scratch implementations of the paper, of the kind found in
 # tutorials: a Colab notebook, two blog-style walk-throughs, an annotated notebook and a textbook chapter that
-# builds a translator line by line. They were not only bugs. They made design choices that differ from the paper's
+# builds a translator line by line. Many such tutorials descend from The Annotated Transformer (Rush, 2018),
+# and several of the patterns here are its own: the sub-layer connection that normalises *first* while the
+# text quotes post-norm (chapter 05), label smoothing computed with `nn.KLDivLoss` (chapter 10), a generator
+# that ends in a log-softmax (chapter 09). They were not only bugs. They made design choices that differ from the paper's
 # default or from `tfm_lesson`'s code, and are perfectly good. Each is either an option of `tfm_lesson` or
 # computes the same numbers; here is the proof for each.
 #
