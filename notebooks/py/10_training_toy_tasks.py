@@ -394,8 +394,9 @@ check_greedy_decode(greedy_decode_yours)
 # ## Your loop
 #
 # Your five pieces make a training loop. If one of them does not pass its check yet, the cell below says so and
-# the reference version stands in, so that the rest of the chapter runs; when all five pass, it prints nothing
-# and the loop is entirely yours.
+# the reference version stands in, so that the rest of the chapter runs; its last line lists the pieces of
+# yours that the loop uses. (Run from top to bottom, the folded solution cells define the pieces, so the page
+# you read shows all five.)
 
 # %%
 my_shift = yours_or_reference(shift_targets, "shift_targets")
@@ -403,6 +404,10 @@ my_loss = yours_or_reference(label_smoothing_loss, "label_smoothing_loss")
 my_rate = yours_or_reference(noam_rate, "noam_rate")
 my_step = yours_or_reference(train_step, "train_step")
 my_greedy = yours_or_reference(greedy_decode_yours, "greedy_decode")
+mine = {"shift_targets": my_shift is shift_targets, "label_smoothing_loss": my_loss is label_smoothing_loss,
+        "noam_rate": my_rate is noam_rate, "train_step": my_step is train_step,
+        "greedy_decode_yours": my_greedy is greedy_decode_yours}
+print("yours in the loop:", ", ".join(name for name, ok in mine.items() if ok) or "none yet")
 
 
 def train_loop(model, data, steps, batch_size, warmup, peak_lr, smoothing=0.1, clip=1.0, seed=0, report_every=0):

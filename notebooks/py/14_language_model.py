@@ -567,7 +567,7 @@ print("same tokens on held-out text:",
 # - Train for 1,000 steps instead of 250 (`steps=1000`): how far does the perplexity fall, and do the
 #   samples make fewer mistakes?
 # - Train on your own text: `load_corpus(path="my_text.txt")`, or from a terminal
-#   `python -m tfm_lesson.train --text my_text.txt --minutes 5`, then
+#   `python -m tfm_lesson.train --text my_text.txt --steps 1000`, then
 #   `python -m tfm_lesson.generate runs/lm/lm.pt "Once upon"`.
 # - Tokenizer size: a vocabulary of 300 or 1,000 instead of 512 (this corpus has too few distinct words for
 #   much more: training stops when no pair occurs twice), with the model rebuilt to match, e.g.
