@@ -134,10 +134,11 @@ device = tfm_lesson.default_device()
 # `tfm_lesson.seed_everything(0)` seeds Python's `random`, NumPy and PyTorch (CPU and GPU). Random
 # initialisations, random inputs and dropout masks then come out the same every time you restart the kernel,
 # so a chapter run twice on one machine prints the same numbers. Every training in the course runs a fixed
-# number of steps, seeded, on one CPU thread, so another CPU usually prints the same figures too. Not always:
-# other processors and library versions add numbers up in other orders, the last bits differ, and over
-# hundreds of training steps such differences can grow into another loss in the third decimal, or another
-# word in a sample. A GPU differs more (other kernels, and mixed precision in chapters 10 to 13). The
+# number of steps, seeded, on one CPU thread. Another machine can still print other figures: other processors
+# and library versions add numbers up in other orders, the last bits differ, and over hundreds of training
+# steps such differences grow into another loss in the second or third decimal, another score by a few
+# points, or another word in a sample. A GPU differs more (other kernels, and mixed precision in chapters 10
+# to 12). The
 # text says, next to such figures, that they are the stored run's; the conclusions drawn from them hold on
 # any machine.
 

@@ -354,8 +354,8 @@ print("sinusoids for 600 positions:", tuple(sinusoidal_table(600, 512).shape))
 # and the values for the first positions do not change.)
 #
 # One more detail that belongs here: in the full model the embeddings are multiplied by $\sqrt{d_{model}}$
-# before the encoding is added. Section 3.4 states the scaling and gives no reason for it. A common reading
-# (ours, not the paper's): with embedding weights initialised small, with a standard deviation of about
+# before the encoding is added. Section 3.4 states the scaling and gives no reason for it. A common reading,
+# not the paper's own: with embedding weights initialised small, with a standard deviation of about
 # $1/\sqrt{d_{model}}$, the scaled embeddings have entries of size about 1, like the encoding's, so neither
 # the token nor its position drowns the other at the start of training. That scaling lives in the embedding
 # layer (chapter 09), not in the positional encoding.

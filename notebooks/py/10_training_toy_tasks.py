@@ -105,9 +105,10 @@ for src, tgt in data.train[:3]:
 # padding, compared with `nn.KLDivLoss`. Both smooth, and the checker below tells you which one you wrote; but
 # the loss they *report* is not the same number. `nn.KLDivLoss` computes the Kullback-Leibler divergence
 # $\mathrm{KL}(q \,\|\, p) = -\sum_v q(v)\log p(v) - H(q)$: the cross-entropy minus the entropy $H(q)$ of the
-# smoothed target, a constant that does not depend on the model. The gradients are the same, but the reported
-# loss is lower by $H(q)$. With $\epsilon = 0.1$ over this chapter's 24 target tokens $H(q)$ is 0.616
-# **nats** (the unit of a loss computed with natural logarithms, as every loss in this course is; divide by
+# smoothed target, a constant that does not depend on the model. The gradients are those of the cross-entropy,
+# but the reported loss is lower by $H(q)$: with $\epsilon = 0.1$ over this chapter's 24 target tokens, 0.616
+# **nats** for the target $q$ above (a little more for the variant's, which spreads $\epsilon$ over fewer
+# tokens) (the unit of a loss computed with natural logarithms, as every loss in this course is; divide by
 # $\ln 2$ for bits): the size of the floor that the smoothed cross-entropy cannot go below, met again later.
 #
 # **The learning rate** (section 5.3) rises linearly for `warmup` steps, then decays as $1/\sqrt{\text{step}}$:
@@ -150,8 +151,9 @@ print("tgt[3]", [data.tgt_vocab.itos[i] for i in batch.tgt[3].tolist()])
 # Write `shift_targets(tgt)`: `tgt` is `(batch, len)`, each row `<s> w1 … wm </s>` followed by padding. Return
 # `(decoder_input, labels)`, both `(batch, len - 1)`: the decoder reads `<s> w1 … wm` and must predict
 # `w1 … wm </s>` — position $i$ of `labels` is the token that follows position $i$ of `decoder_input`.
-# Drop the last column and the first column of the whole batch, nothing more: in a padded row (`tgt[3]`
-# above) the last column is padding, so that row's decoder input still holds its `</s>` and some padding.
+# Slice the whole batch at once: the decoder input is every column but the last, the labels every column but
+# the first. In a padded row (`tgt[3]` above) the last column is padding, so that row's decoder input still
+# holds its `</s>` and some padding.
 # That is fine: the labels at those positions are padding, which the loss skips (exercise 2), and the causal
 # mask keeps the real positions from seeing them.
 

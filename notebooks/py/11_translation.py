@@ -103,8 +103,8 @@ print(f"mean length in tokens: English {len(en_words) / len(every):.1f}, French 
 #   with optional place, tense, negation, question). Every test sentence is new, and almost all of its words and
 #   patterns are not. Almost: the French vocabulary built from the training pairs has 1,205 entries, its special
 #   tokens included, fewer than the 1,211 French word types of the whole corpus, so a few French word forms occur
-#   only in held-out sentences. The model can only write `<unk>` for them, and the sentences that need one can
-#   never be exactly right: exact match cannot reach 100% here.
+#   only in held-out sentences. The model can only write `<unk>` for them, so a held-out sentence that needs one
+#   can never be exactly right.
 # - **One reference, and it is exact.** Each English sentence has exactly one French translation, produced by
 #   the same grammar that produced the training pairs, so the model is scored against the very style it learnt.
 # - **Not comparable with the paper.** The paper reports BLEU on WMT 2014 English→French news text (38.1 for

@@ -376,8 +376,9 @@ print("sample at step 0:", repr(complete(model, tokenizer, "", max_new_tokens=40
 # - **warm-up**: over the first 5% of the steps the rate rises in a straight line from 0 to its peak,
 #   `lr=3e-3`. At the start Adam's estimates of the gradients' size rest on very few steps, and big steps
 #   taken on them can throw the weights far off;
-# - **cosine decay**: for the remaining 95% it falls from the peak to 0 along half a cosine, slowly at first,
-#   fastest in the middle and slowly again at the end, so the last steps are small ones that settle the weights.
+# - **cosine decay**: for the remaining 95% it falls from the peak to a tenth of it along half a cosine, slowly
+#   at first, fastest in the middle and slowly again at the end, so the last steps are small ones that settle the
+#   weights.
 #
 # It trains for a fixed number of optimiser steps, 250, on batches drawn from a seeded generator, with one CPU
 # thread: run it twice on one machine and you get the same figures. (A time budget, "train for 45 seconds",

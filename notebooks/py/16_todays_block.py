@@ -135,8 +135,10 @@ print(GPT(today).blocks[0])
 # projection. Follow the stream through a random 8-layer pre-norm GPT (GPT-2's initialisation, which keeps the
 # growth slow). Expect small numbers: that initialisation draws the embeddings with a standard deviation of
 # 0.02, so the stream starts at a root mean square of a few hundredths, and a freshly initialised block adds
-# little to it. The final norm divides each position by its own root mean square, so it brings the stream up to
-# a root mean square of about 1 (times its gain, which starts at 1), however small or large the stream is:
+# little to it. The final norm (a layer norm in this model) divides each position by its own spread, the
+# standard deviation of its features, so it brings the stream up to a root mean square of about 1 (times its
+# gain, which starts at 1), however small or large the stream is; a little under 1 here, because the $\epsilon$
+# inside its square root is no longer negligible next to a variance this small:
 
 # %%
 torch.manual_seed(0)

@@ -67,8 +67,8 @@ QUESTIONS = [
             "exactly 0 for very negative z: GELU makes dead units rarer, not impossible.",
             "That is ReLU. GELU passes a small, even negative, slope over the moderately negative range.",
             "Right: the chapter prints the slope at several z: negative left of -0.75, positive right of it, "
-            "and 0 at z = -10 and beyond. That 0 is the kernel's rounding (1 + erf cancels), not float32's "
-            "range: float64 gives about -7.6e-22.",
+            "and 0 at z = -10 and beyond. That 0 is the float32 kernel's rounding, not float32's range: "
+            "float64 gives about -7.7e-22.",
         ],
     ),
 ]
