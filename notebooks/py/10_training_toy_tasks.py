@@ -350,8 +350,8 @@ def greedy_loop(model, src, max_len, bos_id, eos_id):
 # **Difficulty** 3/3 · **Importance** 3/3 · **Time** ~20 min
 #
 # Write `greedy_decode_yours(model, src, max_len, bos_id, eos_id)` (named so that the package's `greedy_decode`,
-# imported at the top, stays available for comparison; the checker's messages call it by its job, greedy
-# decoding) for a whole batch `src` `(batch, src_len)`:
+# imported at the top, stays available for comparison; `check_greedy_decode` and its messages still call your
+# function `greedy_decode`, after the job it does) for a whole batch `src` `(batch, src_len)`:
 # - switch the model to eval mode (`model.eval()`: no dropout) and decode under `torch.no_grad()`;
 # - encode once, `memory = model.encode(src)`; then at each step
 #   `logits = model.generator(model.decode(ys, memory, model.make_src_mask(src))[:, -1])`, `(batch, vocab)`,

@@ -357,7 +357,7 @@ for t in range(4):
 #
 # The model: 2 blocks, $d_\text{model} = 64$, 4 heads, $d_{ff} = 256$, a context of 64 tokens, a vocabulary of
 # 512. Before training it knows nothing: its perplexity is about the vocabulary size, and its "text" is a string
-# of random tokens: single bytes (some of them halves of a multi-byte character, drawn `�`) and pieces of words. The unigram baseline is computed from token counts alone.
+# of random tokens: single bytes (some of them pieces of a multi-byte character, drawn `�`) and pieces of words. The unigram baseline is computed from token counts alone.
 
 # %%
 torch.manual_seed(0)
@@ -406,9 +406,9 @@ print(f"uniform guess over the vocabulary:       {data.vocab_size}")
 
 # %% [markdown]
 # The trained model's perplexity, measured on 5,000 sentences it never saw, is a small fraction of the unigram
-# baseline's: it uses the context. These figures are those of a CPU. On a GPU the same seeds give other
-# figures: its kernels add the numbers up in another order, and over 250 steps the small differences grow, so
-# the perplexity and the samples below differ a little from the ones stored here. Perplexity counts tokens, not words: tokens are pieces of words, and inside a
+# baseline's: it uses the context. These figures are those of a CPU. On a GPU the same seeds can give other
+# figures: its kernels add the numbers up in another order, and over 250 steps small differences grow, so
+# expect the perplexity and the samples below to differ a little from the ones stored here. Perplexity counts tokens, not words: tokens are pieces of words, and inside a
 # word the next piece is often nearly certain, while at the start of a sentence many tokens are possible.
 #
 # And the samples:
