@@ -59,7 +59,8 @@ def _rms_suspects(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor]:
         "deviation again). RMSNorm divides by sqrt(mean(x**2) + eps), the root mean square, which keeps the mean in.":
             x / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight,
         "your output divides by sqrt(x.var(unbiased=False) + eps): the variance subtracts the mean inside (it is the "
-        "standard deviation). RMSNorm divides by sqrt(mean(x**2) + eps), the root mean square, which keeps the mean in.":
+        "standard deviation). RMSNorm divides by sqrt(mean(x**2) + eps), the root mean square, which keeps the "
+        "mean in.":
             x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * weight,
         "your output divides by the standard deviation (x.std(unbiased=False)): RMSNorm divides by the root mean "
         "square, sqrt(mean(x**2) + eps), which keeps the mean in.":
@@ -133,7 +134,8 @@ def check_rms_norm(cls: type, trials: int = 4, seed: int = 0) -> None:
     module = call(cls, 6, eps=big_eps, what=f"{name}(6, eps={big_eps:g})").double()
     x = torch.randn(2, 4, 6, dtype=torch.float64) * 1e-2 + 1e-2  # (batch, seq_len, d_model)
     got = output_of(call(module, x, what="your RMSNorm's forward", explain=_explain_rms_error))
-    diagnose(got.detach(), rms_norm(x, module.weight.detach(), big_eps), _rms_suspects(x, module.weight.detach(), big_eps),
+    w = module.weight.detach()
+    diagnose(got.detach(), rms_norm(x, w, big_eps), _rms_suspects(x, w, big_eps),
              f"built with eps={big_eps:g}, on activations of about 1e-2, your output differs from weight * x / "
              f"sqrt(mean(x**2) + eps) with that eps", atol=1e-9)
     x = torch.randn(2, 3, 4, 8)
@@ -141,8 +143,9 @@ def check_rms_norm(cls: type, trials: int = 4, seed: int = 0) -> None:
                          explain=_explain_rms_error))
     diagnose(got.detach(), rms_norm(x, torch.ones(8), EPS), {}, "on a 4-D input your RMSNorm differs from "
              "x / sqrt(mean(x**2) + eps): normalise over dim=-1 so that any leading shape works")
-    passed("check_rms_norm", f"matches RMSNorm (as torch.nn.RMSNorm computes it) on {len(cases) + 2} inputs (tiny scales, non-zero means, "
-                             "float32 and float64, 3-D and 4-D, another eps): no mean subtracted, eps inside the root")
+    passed("check_rms_norm", f"matches RMSNorm (as torch.nn.RMSNorm computes it) on {len(cases) + 2} inputs "
+                             "(tiny scales, non-zero means, float32 and float64, 3-D and 4-D, another eps): no mean "
+                             "subtracted, eps inside the root")
 
 
 # rotary embeddings -----------------------------------------------------------------------------------------------------
@@ -304,8 +307,8 @@ def _gqa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str, Te
     heads, kv_heads, d_k = q.size(1), k.size(1), q.size(-1)
     return {
         f"your output repeats the key/value heads in the WRONG ORDER: k.repeat(1, group_size, 1, 1) tiles them (k0 k1 "
-        f"k0 k1 ...), so query head 1 meets key head 1. With group_size = heads // kv_heads = {heads // kv_heads} query "
-        f"heads per key/value head, query head h must meet key/value head h // group_size: use "
+        f"k0 k1 ...), so query head 1 meets key head 1. With group_size = heads // kv_heads = {heads // kv_heads} "
+        f"query heads per key/value head, query head h must meet key/value head h // group_size: use "
         f"k.repeat_interleave(group_size, dim=1) (k0 k0 k1 k1 ...), as transformers' repeat_kv and "
         f"F.scaled_dot_product_attention(..., enable_gqa=True) do. (heads={heads}, kv_heads={kv_heads})":
             _gqa(q, k, v, mask, _tile),
