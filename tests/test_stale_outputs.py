@@ -8,7 +8,12 @@ stored output that is a pure function of the package and the cell's source, and 
   ``quiz.to_text`` and ``quiz.to_html`` of today's ``tfm_lesson/quizzes/chNN.py`` (a quiz edited without
   re-running its cell is what this catches);
 - every cell whose code only **prints string literals** (``print("...")``, nothing computed): its stored text must
-  be those strings.
+  be those strings;
+- every **checker cell** (``# NBVAL_CHECK_OUTPUT`` and a single ``check_...(name)`` call) whose piece the chapter's
+  solution cells define on their own: the solution cells run in a fresh namespace (imports only), then the
+  checker, and its printed verdict must equal the stored one. A checker whose message was reworded, or whose
+  count of cases changed, shows here without executing the chapter (marked ``slow``: about a minute for all
+  chapters on a 2-core CPU). Cells whose solution needs the chapter's earlier state are skipped.
 
 To bring the stored quiz pages up to date without re-executing a chapter (the quiz cell draws only what its
 questions say), run ``python tests/test_stale_outputs.py --fix``; it rewrites the affected notebooks atomically.
@@ -101,6 +106,80 @@ def refresh_quizzes(path: Path) -> int:
         with atomic_open(path, "w") as f:
             nbformat.write(nb, f)
     return changed
+
+
+PRELUDE = ("import math, copy, contextlib\nimport torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
+           "from tfm_lesson.checks import *\n")
+
+
+def _checker_call(source: str) -> str | None:
+    """The code of a cell that is one ``check_...(...)`` call (comments aside), else None."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#")).strip()
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    ok = (len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Call)
+          and isinstance(tree.body[0].value.func, ast.Name) and tree.body[0].value.func.id.startswith("check_"))
+    return code if ok else None
+
+
+def stale_checker_cells(nb) -> tuple[list[str], int]:
+    """(what differs, how many checker cells were compared) for the checker cells described above."""
+    import contextlib
+    import io
+
+    from tfm_lesson.checks import Mistake
+
+    namespace: dict = {}
+    exec(PRELUDE, namespace)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "solution" in cell.metadata.get("tags", []):
+            try:
+                exec(cell.source, namespace)
+            except Exception:  # the solutions need the chapter's earlier cells: nothing to compare here
+                return [], 0
+    found, compared = [], 0
+    for i, cell in enumerate(nb.cells):
+        code = _checker_call(cell.source) if cell.cell_type == "code" and "NBVAL_CHECK_OUTPUT" in cell.source else None
+        if code is None:
+            continue
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                exec(code, namespace)
+        except (Mistake, NameError) as exc:
+            if "NameError" in f"{type(exc).__name__}: {exc}":
+                continue  # the piece leans on a name from the chapter's other cells
+            found.append(f"cell {i}: the reference solution no longer passes `{code}`: {str(exc)[:160]}")
+            continue
+        compared += 1
+        stored = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        if stored != printed.getvalue():
+            found.append(f"cell {i}: `{code}` prints {printed.getvalue()[:160]!r}, the stored output is "
+                         f"{stored[:160]!r}")
+    return found, compared
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_stored_checker_verdicts_are_not_stale(path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TFM_DEVICE", "cpu")
+    found, _ = stale_checker_cells(nbformat.read(path, as_version=4))
+    assert not found, (f"{path.name}: checker verdicts that today's checkers print differently (re-execute the "
+                       "chapter):\n  " + "\n  ".join(found))
+
+
+def test_a_stale_checker_verdict_is_caught() -> None:
+    solution = nbformat.v4.new_code_cell("def double(x):\n    return 2 * x\n", metadata={"tags": ["solution"]})
+    source = "# NBVAL_CHECK_OUTPUT\ncheck_demo(double)"
+    check = nbformat.v4.new_code_cell(source, outputs=[nbformat.v4.new_output("stream", name="stdout", text="ok 2\n")])
+    define = nbformat.v4.new_code_cell("def check_demo(f):\n    print('ok', f(1))\n", metadata={"tags": ["solution"]})
+    nb = nbformat.v4.new_notebook(cells=[define, solution, check])
+    assert stale_checker_cells(nb) == ([], 1)
+    check.outputs[0]["text"] = "ok 3\n"
+    found, compared = stale_checker_cells(nb)
+    assert compared == 1 and "prints 'ok 2\\n'" in found[0]
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
