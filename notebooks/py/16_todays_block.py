@@ -729,7 +729,8 @@ else:
 # That is what a budget this small can say. (The figure's title gives the unigram baseline measured on the
 # 8,000 held-out tokens these small runs are scored on; the full ablation below scores on more of the
 # held-out text, so the baseline it prints differs in the second decimal. Same kind of model, different text:
-# compare each run with its own baseline.)
+# compare each run with its own baseline. On a GPU these small runs print slightly different losses, since
+# its kernels round differently; the full ablation below was run on a CPU, as its settings line prints.)
 
 # %%
 from tfm_lesson.data.corpus import load_corpus
