@@ -390,7 +390,7 @@ history = train_lm(model, data, steps=250, batch_size=32, lr=3e-3, device=device
 steps, seconds = len(history["step"]), history["seconds"][-1]
 print(f"{steps} steps in {seconds:.0f} s on {device.type} ({platform.machine()}, {os.cpu_count()} CPU cores visible)")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the learning rate over the 250 training steps: a straight rise to 0.003 over the first steps, then a half-cosine fall to a tenth of the peak."}}
 viz.plot_lines({"learning rate": history["lr"]}, x=history["step"], title="The schedule: warm-up, then cosine decay",
                xlabel="step", ylabel="learning rate")
 

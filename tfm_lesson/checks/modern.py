@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from ..modern.gqa import repeat_kv
 from ..modern.rmsnorm import rms_norm
 from ..modern.rotary import apply_rotary, rotary_cos_sin, rotary_frequencies
-from ._harness import Mistake, call, diagnose, expect, output_of, passed
+from ._harness import call, diagnose, expect, output_of, passed
 
 __all__ = ["check_rms_norm", "check_rotary", "check_swiglu", "check_grouped_query_attention"]
 
@@ -303,6 +303,24 @@ def _tile(x: Tensor, groups: int) -> Tensor:
     return x.repeat(1, groups, 1, 1)
 
 
+def _same_with_nan(got: Tensor, buggy: Tensor, atol: float = 1e-5) -> bool:
+    """Whether ``got`` and ``buggy`` have NaN in the same places and agree everywhere else."""
+    nan = torch.isnan(got)
+    return bool(torch.equal(nan, torch.isnan(buggy))
+                and torch.allclose(got[~nan].float(), buggy[~nan].float(), atol=atol))
+
+
+def _diagnose_nan(got: Tensor, suspects: dict[str, Tensor]) -> None:
+    """For an output with NaN: name the suspect that has the same NaN and the same finite values, if one does."""
+    from ._harness import Mistake
+
+    got = got.detach().cpu()
+    if torch.isnan(got).any():
+        for hint, buggy in suspects.items():
+            if buggy.shape == got.shape and _same_with_nan(got, buggy.detach().cpu()):
+                raise Mistake("your output contains NaN: " + hint)
+
+
 def _gqa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str, Tensor]:
     heads, kv_heads, d_k = q.size(1), k.size(1), q.size(-1)
     return {
@@ -332,22 +350,6 @@ def _gqa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str, Te
         "softmax(dim=-1).":
             _gqa(q, k, v, mask, repeat_kv, dim=-2),
     }
-
-
-def _same_with_nan(got: Tensor, buggy: Tensor, atol: float = 1e-5) -> bool:
-    """Whether ``got`` and ``buggy`` have NaN in the same places and agree everywhere else."""
-    nan = torch.isnan(got)
-    return bool(torch.equal(nan, torch.isnan(buggy))
-                and torch.allclose(got[~nan].float(), buggy[~nan].float(), atol=atol))
-
-
-def _diagnose_nan(got: Tensor, suspects: dict[str, Tensor]) -> None:
-    """For an output with NaN: name the suspect that has the same NaN and the same finite values, if one does."""
-    got = got.detach().cpu()
-    if torch.isnan(got).any():
-        for hint, buggy in suspects.items():
-            if buggy.shape == got.shape and _same_with_nan(got, buggy.detach().cpu()):
-                raise Mistake("your output contains NaN: " + hint)
 
 
 def check_grouped_query_attention(fn: Callable, trials: int = 3, seed: int = 0) -> None:
