@@ -6,7 +6,8 @@ takes each number in a markdown cell and looks for it in three places:
 1. the chapter's **stored outputs** (stream text and ``text/plain`` of every code cell except the quiz, whose
    text is authored, not run);
 2. the chapter's **code**: a literal the learner can see in a code cell (``steps=250``, ``d_model=64``) is a
-   setting, not a result, and the prose may repeat it;
+   setting, not a result, and the prose may repeat it (when the chapter trains from the course's recipe table,
+   ``tfm_lesson/recipes.py``, that table counts as its code);
 3. the chapter's **constants**, ``tests/prose_constants.toml``: a number that comes from neither (a figure of
    the paper, a formula's value) with where it comes from.
 
@@ -28,7 +29,8 @@ What counts as a number (the rules, kept narrow so that what is left is checked)
   (``**Difficulty** 1/3 ...``), and references: ``chapter(s) 10–13``, ``section 3.4``, ``table 3``,
   ``equation (1)``, ``exercise 2``, ``cell 37``, ``figure 1``, years of citations (4 digits from 1900 to 2099
   next to a name, "et al." or in parentheses, and any integer from 1950 to 2039), version numbers
-  (``torch 2.13``, ``v4``), number formats (``16-bit``) and a table's row number (``| 13 | ...``).
+  (``torch 2.13``, ``v4``, compute capability ``8.0``), number formats (``16-bit``), names with digits
+  (``GPT-2``, ``x86-64``, ``Llama-2-7B``) and a table's row number (``| 13 | ...``).
 
 The instructors' pages (``book/instructors_answers.md``, ``book/instructors_paths.md``) quote the chapters:
 every figure they attribute to a chapter (see :func:`page_claims`) must be in that chapter's outputs, code or
@@ -71,7 +73,9 @@ DROP = [
     re.compile(r"^\s*#{1,6} .*$", re.M),  # headings ("# 14 · A language model")
     re.compile(r"^\|\s*\d+\s*\|", re.M),  # a table's row number ("| 13 | ...")
     re.compile(r"\b\d+-bit\b"),  # a number format ("16-bit floats")
-    re.compile(r"(?<![\d,.])(?:19[5-9]\d|20[0-3]\d)(?![\d,.])"),  # years ("the Transformer of 2017")
+    re.compile(r"(?<![\d,.])(?:19[5-9]\d|20[0-3]\d)(?![\d,]|\.\d)"),  # years ("the Transformer of 2017", "2021.")
+    re.compile(r"\b[A-Za-z][\w.]*(?:-[\w.]*\d[\w.]*)+"),  # names with digits: GPT-2, x86-64, Llama-2-7B
+    re.compile(r"\bcompute capability \d+(?:\.\d+)?", re.I),
 ]
 
 
@@ -180,8 +184,16 @@ def stored_text(nb) -> str:
     return "\n".join(parts)
 
 
+RECIPES_FILE = ROOT / "tfm_lesson" / "recipes.py"
+
+
 def code_text(nb) -> str:
-    return "\n".join(c.source for c in nb.cells if c.cell_type == "code" and not _is_quiz(c))
+    """The chapter's code cells; with the course's recipe table when the chapter trains from it (its settings
+    are then written there, not in the chapter)."""
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code" and not _is_quiz(c))
+    if RECIPES_FILE.exists() and re.search(r"\brecipe\(|\bRECIPES\b", code):
+        code += "\n" + RECIPES_FILE.read_text(encoding="utf-8")
+    return code
 
 
 def load_constants() -> dict[str, dict[str, str]]:
@@ -305,6 +317,7 @@ def test_the_rules_check_what_they_say() -> None:
     assert is_found("2.1 M", output_numbers("2,099,712")) and not is_found("2.2 M", output_numbers("2,099,712"))
     assert is_found("0.003", output_numbers("peak_lr=3e-3")) and is_found("20,000", output_numbers("n = 20_000"))
     assert prose_numbers("Llama 2 (2023), the Transformer of 2017; mistakes 9, 10, 14 and 15") == []
+    assert prose_numbers("Olsson et al., *Induction Heads*, 2022. On x86-64, GPT-2 and Llama-2-7B") == []
     assert prose_numbers("more probable for only 8 of 200 sentences; 3 of the 24 heads") == ["8", "200", "3", "24"]
 
 
