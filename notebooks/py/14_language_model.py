@@ -311,7 +311,7 @@ for pattern, label in [(None, "no split"), (GPT2_PATTERN, "GPT-2 split")]:
 # them): 50,000 sentences generated from a small lexicon with a simple grammar, one per line. They are part of
 # tfm_lesson (MIT licence), realised with pyRealB, whose English lexicon is CC BY 4.0. We use them because a
 # small vocabulary and a regular grammar are what a tiny model can learn in a few hundred steps on a CPU, so you can
-# watch its samples turn from noise into sentences after a few hundred steps. The last 10% of the lines are held out for validation.
+# watch its samples turn from noise into sentences. The last 10% of the lines are held out for validation.
 
 # %%
 data = prepare_lm_data(corpus, vocab_size=512, tokenizer_chars=300_000)
