@@ -573,14 +573,14 @@ print(verdict)
 verdict.figure
 
 # %% [markdown]
-# *ninety-seven* comes out right, and the test score is near perfect. But look at the smallest numbers: the line
-# above gives the share of 0–99 that come out right, and the examples
-# show which short ones fail. In the run stored with this page that share is well below the test score, and
-# *eighty* came out as *quatre-vingt-*, with a hyphen as if a unit had to follow (as in
-# *quatre-vingt-dix-sept*), and *eleven* came out empty. On another machine the share can differ by several
-# points and other short numbers can fail: the run is seeded and counted in steps, but another processor rounds
-# differently, and over 400 steps such differences grow. On any machine, though, the short numbers are where
-# the model fails. The reason is how rarely the model met them. There are only 100 numbers below 100 at all, so they are about 96 of the 50,000
+# *ninety-seven* comes out right, and the test score is near perfect. But look at the smallest numbers: the
+# training cell above prints the share of 0–99 that come out right, and its examples show which short ones
+# fail. In the run stored with this page that share is well below the test score, *eighty* came out as
+# *quatre-vingt-*, with a hyphen as if a unit had to follow (as in *quatre-vingt-dix-sept*), and *eleven* came
+# out empty. On another machine the share can differ by several points and other short numbers can fail: the
+# run is seeded and counted in steps, but another processor rounds differently, and over 400 steps such
+# differences grow. On any machine, though, the short numbers are where the mistakes gather. The reason is how
+# rarely the model met them. There are only 100 numbers below 100 at all, so they are about 96 of the 50,000
 # training pairs (the others fell into validation and test), and 400 steps of 128 pairs are about one pass over the training set: the model has seen each
 # of them about once, against thousands of long numbers. The test set, split off at random, holds about two of
 # them, so its score says nothing about them: **a test score measures the distribution the test set was drawn
