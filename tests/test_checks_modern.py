@@ -124,6 +124,57 @@ def test_rotary_wrong_frequencies_are_named():
         check_rotary(slow)
 
 
+# the slips a learner's run of chapter 16 met, each named ----------------------------------------------------------
+@pytest.mark.parametrize("normalise,hint", [
+    (lambda x, e: x / torch.sqrt(x.var(-1, keepdim=True) + e), r"sqrt\(x\.var\(\) \+ eps\)"),
+    (lambda x, e: x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + e), r"x\.var\(unbiased=False\)"),
+    (lambda x, e: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), "eps = 1e-06, not the eps=1e-05"),
+    (lambda x, e: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5), "eps = 1e-05, not the eps=0.01"),
+])
+def test_rms_norm_std_and_fixed_eps_are_named(normalise, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_rms_norm(_norm(normalise))
+
+
+def test_rms_norm_missing_keepdim_is_named():
+    with pytest.raises(Mistake, match="keepdim=True"):
+        check_rms_norm(_norm(lambda x, e: x / torch.sqrt(x.pow(2).mean(-1) + e)))
+
+
+def _rope_mixed_convention(pairs: str):
+    """Rotary with the pairs of one convention and the angle layout of the other."""
+    def rope(x, offset, base):
+        d_k = x.size(-1)
+        theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float) / d_k)
+        angles = torch.arange(offset, offset + x.size(-2), dtype=torch.float)[:, None] * theta  # (seq_len, d_k/2)
+        if pairs == "halves":  # rotate_half with angles repeated in place
+            angles = angles.repeat_interleave(2, dim=-1)
+            x1, x2 = x[..., : d_k // 2], x[..., d_k // 2:]
+            return x * angles.cos() + torch.cat([-x2, x1], dim=-1) * angles.sin()
+        angles = torch.cat([angles, angles], dim=-1)  # interleaved pairs with the halves layout
+        rotated = torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).flatten(-2)
+        return x * angles.cos() + rotated * angles.sin()
+    return rope
+
+
+@pytest.mark.parametrize("pairs,hint", [("halves", "rotates HALVES"), ("interleaved", "rotates INTERLEAVED")])
+def test_rotary_mixed_conventions_are_named(pairs, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_rotary(_rope_mixed_convention(pairs))
+
+
+def test_gqa_messages_say_group_size_and_tell_nan_slips_apart():
+    with pytest.raises(Mistake, match="group_size = heads // kv_heads") as tiled:
+        check_grouped_query_attention(lambda q, k, v, m: gqa(q, k, v, m, repeat="tile"))
+    assert "group h // groups" not in str(tiled.value)
+    with pytest.raises(Mistake) as inverted:
+        check_grouped_query_attention(lambda q, k, v, m: gqa(q, k, v, m, invert=True))
+    with pytest.raises(Mistake) as both:
+        check_grouped_query_attention(lambda q, k, v, m: gqa(q, k, v, m, invert=True, repeat="tile"))
+    assert "inverts the mask" in str(inverted.value) and "wrong order" in str(both.value)
+    assert str(inverted.value) != str(both.value)
+
+
 # SwiGLU -------------------------------------------------------------------------------------------------------------
 class FFN(nn.Module):
     def __init__(self, d_model, hidden):

@@ -128,9 +128,12 @@ CAUSES = {
             "warm-up, and that the schedule counts steps from 1), or float16 overflowed (train in float32 or "
             "bfloat16, or use a GradScaler); clipping the gradients helps against single bad steps"),
     "flat": ("the loss stays flat near log V = {logv:.2f}, the loss of a model that guesses uniformly: nothing "
-             "is learned. Usually no gradient reaches the weights (optimizer.step() never called, gradients "
-             "cleared between backward() and step(), parameters detached or frozen) or the learning rate is zero "
-             "(a schedule multiplied by a base rate of 0, or evaluated at the wrong step)"),
+             "is learned. Either the weights do not move: no gradient reaches them (optimizer.step() never "
+             "called, gradients cleared between backward() and step(), parameters detached or frozen) or the "
+             "learning rate is zero (a schedule multiplied by a base rate of 0, or evaluated at the wrong step). "
+             "Or they move far too much: a rate too high from the first step (no warm-up, or a peak rate far too "
+             "large) throws the model, in its first few steps, into a state where it predicts about the same "
+             "distribution everywhere, and it never leaves it"),
     "leak": ("the loss falls far faster than in any reference run (window ending at step {step}: {got:.2f}, "
              "the band's lowest {lo:.2f}): the model probably sees the answer — a leak. Check that the labels are "
              "the decoder input shifted by one (tgt[:, 1:] vs tgt[:, :-1]) and that the decoder's self-attention "

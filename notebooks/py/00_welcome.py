@@ -76,8 +76,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # making sense), use *Kernel → Restart Kernel and Run All Cells*: that is exactly how the course is tested, so
 # it always works from a fresh start. (Run All also runs the solution cells under the exercises, so a checker
 # then tests the reference solution, not your answer: to check your own code, run the cells one by one and skip
-# the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU; the two that train a
-# model (10 and 11) take a few minutes.
+# the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU; the
+# chapters 10 to 14 and 16, which train models, take a few minutes each.
 
 # %% [markdown]
 # ### Exercises, checkers and quizzes
@@ -128,12 +128,19 @@ device = tfm_lesson.default_device()
 #
 # `tfm_lesson.default_device()` returns `cuda` when a GPU is visible and `cpu` otherwise (set the environment
 # variable `TFM_DEVICE=cpu` to force the CPU). Every chapter creates its tensors and models and then moves them
-# with `.to(device)`, so the same notebook runs on both. The printed device below depends on your machine;
-# nothing else in the course does.
+# with `.to(device)`, so the same notebook runs on both. The printed device below depends on your machine, and
+# so, slightly, do the results of training:
 #
 # `tfm_lesson.seed_everything(0)` seeds Python's `random`, NumPy and PyTorch (CPU and GPU). Random
 # initialisations, random inputs and dropout masks then come out the same every time you restart the kernel,
-# so the numbers you read in the text are the numbers you get.
+# so a chapter run twice on one machine prints the same numbers. Every training in the course runs a fixed
+# number of steps, seeded, on one CPU thread. Another machine can still print other figures: other processors
+# and library versions add numbers up in other orders, the last bits differ, and over hundreds of training
+# steps such differences grow into another loss in the second or third decimal, another score by a few
+# points, or another word in a sample. A GPU differs more (other kernels, and mixed precision in chapters 10
+# to 12). The
+# text says, next to such figures, that they are the stored run's; the conclusions drawn from them hold on
+# any machine.
 
 # %%
 print("device:", device)

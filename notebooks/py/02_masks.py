@@ -314,6 +314,17 @@ print("and NaN * 0 is still", (torch.tensor(float("nan")) * 0).item())
 # `has_key = mask.any(dim=-1, keepdim=True)`, leaves those rows unmasked for the softmax (so it stays finite), and
 # zeroes them afterwards. (Recent PyTorch versions make `F.scaled_dot_product_attention` return zeros for such
 # rows too, on the CPU at least; a hand-written softmax never does, and older versions returned NaN.)
+#
+# The fill condition in the cell below, `~(mask | ~has_key)`, reads: block a key unless it is visible or its row
+# has no visible key at all. Entry by entry:
+#
+# | `mask` (key visible) | `has_key` (row sees something) | `mask \| ~has_key` | filled with $-\infty$? |
+# |---|---|---|---|
+# | True | True | True | no: a visible key |
+# | False | True | False | **yes**: a hidden key in an ordinary row |
+# | False | False | True | no: an empty row stays finite, and is zeroed after the softmax |
+#
+# (`mask` True with `has_key` False cannot happen: a row with a visible key has a key.)
 
 # %%
 has_key = row_mask.any(dim=-1, keepdim=True)  # (q_len, 1)

@@ -235,7 +235,15 @@ print("'dog' still gets the same vector in both sentences:", torch.allclose(o1[0
 # The $2\times2$ matrix depends on the offset $k$ but **not on the position**: moving $k$ steps along is the same
 # rotation wherever you start. Stack one such block per pair and you get one $d_{model} \times d_{model}$ matrix
 # $M_k$ with $PE_{pos+k} = M_k\,PE_{pos}$ for every $pos$. A layer that wants "the token 3 to the left" can,
-# in principle, learn a fixed linear map for it. Let us check the claim for one pair, across 100 positions:
+# in principle, learn a fixed linear map for it.
+#
+# **Rows and columns.** The formulas here write a position's encoding as a *column* vector with the matrix on
+# its left, $M_k\,PE_{pos}$, as papers usually do. In code a position's encoding is a *row* of the table
+# (shape `(max_len, d_model)`, one row per position), so the same map is applied on the right, with the
+# transpose: `table @ M_k.T` gives every row $pos$ the vector $M_k\,PE_{pos}$ at once. The attention formulas
+# (chapter 01, and the next section) keep the code's convention: vectors are rows, hence $QK^\top$.
+#
+# Let us check the claim for one pair, across 100 positions:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -346,9 +354,11 @@ print("sinusoids for 600 positions:", tuple(sinusoidal_table(600, 512).shape))
 # and the values for the first positions do not change.)
 #
 # One more detail that belongs here: in the full model the embeddings are multiplied by $\sqrt{d_{model}}$
-# before the encoding is added (section 3.4), so that token identity is not drowned by positions whose
-# entries are of size 1. That scaling lives in the embedding layer (chapter 09), not in the positional
-# encoding.
+# before the encoding is added. Section 3.4 states the scaling and gives no reason for it. A common reading,
+# not the paper's own: with embedding weights initialised small, with a standard deviation of about
+# $1/\sqrt{d_{model}}$, the scaled embeddings have entries of size about 1, like the encoding's, so neither
+# the token nor its position drowns the other at the start of training. That scaling lives in the embedding
+# layer (chapter 09), not in the positional encoding.
 
 # %% [markdown]
 # ## Exercises

@@ -265,7 +265,7 @@ for residual in (False, True):
 # $x$ shaped $(\text{batch}, \text{seq\_len}, d_{\text{model}})$ throughout:
 #
 # $$\text{post-norm (the paper, section 3.1):}\quad x_{l+1} = \mathrm{LayerNorm}(x_l + F(x_l))$$
-# $$\text{pre-norm (Wang et al. 2019, Xiong et al. 2020, GPT-2 and most models since):}\quad
+# $$\text{pre-norm (tensor2tensor's default by 2018; GPT-2 and most models since):}\quad
 # x_{l+1} = x_l + F(\mathrm{LayerNorm}(x_l))$$
 #
 # Post-norm normalises the *sum*: the stream is reset to unit scale after every sub-layer, and the identity
@@ -280,7 +280,9 @@ for residual in (False, True):
 # numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it does nothing.
 #
 # A historical knot worth knowing: the paper's text and figure 1 say post-norm. Well-known code does otherwise:
-# later versions of the authors' own `tensor2tensor` library default to normalising *first*, and The
+# by 2018 the authors' own `tensor2tensor` library defaulted to normalising *first* (its base Transformer's
+# hyperparameters normalise each sub-layer's input and only add after it); Wang et al. (2019) and Xiong et al.
+# (2020) later studied why pre-norm trains deep stacks more easily. The
 # Annotated Transformer quotes $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$ in its prose, then puts the norm
 # first in its code "for code simplicity". Both placements make legitimate
 # Transformers; they are not the same function. `tfm_lesson` makes the choice an option, `norm_first`, with
@@ -515,7 +517,7 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 #
 # 1. *Scale.* In post-norm every layer ends with a layer norm, so every layer's output has std 1: the
 #    stream is reset each time. In pre-norm the stream is the running sum of all sub-layer outputs and
-#    grows steadily with depth (here from about 1.05 to about 1.8 over 24 layers). That growth is harmless
+#    grows steadily with depth (the cell above prints its std at the first and the last of the 24 layers). That growth is harmless
 #    because every sub-layer reads a normalised copy, and the final norm rescales the output; but it means
 #    each later layer changes the stream *relatively* less.
 # 2. *The learning signal on the way down.* In pre-norm the gradient reaching a layer's output is the top's
@@ -619,7 +621,9 @@ for name, values in change.items():
 # post-norm's gradients near the output do not shrink with depth while pre-norm's do).
 #
 # The price of pre-norm: later layers' contributions shrink relative to the growing stream, and when post-norm does
-# train (as the paper's 6-layer model does, with warm-up) it is often found slightly better. Hence the
+# train (as the paper's 6-layer model does, with warm-up) it often ends slightly better (Liu et al., 2020,
+# *Understanding the Difficulty of Training Transformers*, report this for translation; the evidence is mixed:
+# Nguyen and Salazar, 2019, *Transformers without Tears*, found pre-norm better in low-resource translation). Hence the
 # common practice: pre-norm for deep stacks and simple recipes, post-norm with warm-up when following the
 # paper.
 

@@ -225,8 +225,13 @@ print("with ReLU it is not:                     ",
 # $z$ weighted by the probability that a standard normal variable is below it. It is smooth, close to ReLU
 # for large $|z|$, slightly negative for $z < 0$ (minimum $\approx -0.17$ at $z \approx -0.75$). Its slope,
 # $\Phi(z) + z\,\varphi(z)$ ($\varphi$ the standard normal density), is positive right of that minimum, negative left of it, and zero at it; far to
-# the left it fades towards zero, and in float32 it is exactly 0 from about $z = -10$ on (the cell below
-# prints it). ReLU's slope is 0 for *every* negative input, so a unit whose pre-activation is negative for all
+# the left it fades towards zero. The cell below prints it in float32 on the CPU: exactly 0 at $z = -10$ and
+# beyond. That zero is not float32 running out of range: the true slope at $z = -10$ is about
+# $-7.6 \times 10^{-22}$, which float32 holds easily (it goes down to about $10^{-38}$). It comes from the way
+# PyTorch's float32 CPU kernel computes the slope: part of the computation works with numbers near 1
+# ($\Phi(z) = \tfrac12\big(1 + \mathrm{erf}(z/\sqrt2)\big)$ is one), where float32's steps are about
+# $10^{-7}$, so slopes far smaller than that are rounded away. Its float64 path keeps them, and gives about
+# $-7.7 \times 10^{-22}$ at $z = -10$. ReLU's slope is 0 for *every* negative input, so a unit whose pre-activation is negative for all
 # inputs gets no gradient at all (a "dead" unit); GELU still passes a small gradient over the moderately
 # negative range, which makes dead units rarer, not impossible. `PositionwiseFeedForward(...,
 # activation="gelu")` and `nn.TransformerEncoderLayer(..., activation="gelu")` both use the exact form.

@@ -364,6 +364,12 @@ widgets.attention_explorer(model, vocab, vocab, source="the cat sat on the mat",
 # Write `Embeddings(vocab_size, d_model)` (`vocab_size`: the vocabulary size, an int such as `len(vocab)`), an
 # `nn.Module` holding one `nn.Embedding` called `embedding`, whose `forward(tokens)` maps ids
 # $(\text{batch}, n)$ to $(\text{batch}, n, d_\text{model})$ vectors multiplied by $\sqrt{d_\text{model}}$.
+#
+# A warning before you use it anywhere: `nn.Embedding` starts its weights from $\mathcal{N}(0, 1)$, so this
+# module, as the exercise asks for it, outputs entries of size about $\sqrt{d_\text{model}}$ (about 23 at
+# $d_\text{model} = 512$), which drown the positional encoding's entries of size 1. The scaling is meant for
+# small initial weights: `tfm_lesson.Transformer` initialises its embedding with a standard deviation of
+# $1/\sqrt{d_\text{model}}$, so that the scaled vectors start with entries of size about 1.
 
 # %%
 class Embeddings(nn.Module):
@@ -396,7 +402,11 @@ check_scaled_embedding(Embeddings)
 #
 # Write `Generator(d_model, vocab_size)` with one `nn.Linear(d_model, vocab_size)` called `proj`; `forward(x)`
 # maps decoder states $(\text{batch}, t, d_\text{model})$ to **log**-probabilities $(\text{batch}, t, V)$
-# over the vocabulary ($V$ = `vocab_size`).
+# over the vocabulary ($V$ = `vocab_size`). This is the paper's generator as The Annotated Transformer writes
+# it, with a bias and a log-softmax. `tfm_lesson.Transformer`'s differs on both counts: its `generator` is a
+# `nn.Linear` without bias whose weight is tied to the embedding (exercise 3), and it returns **logits**; the
+# softmax (or log-softmax) is left to the loss and to decoding, which take logits. The two give the same
+# predictions: log-softmax only subtracts the same number from every logit of a position.
 
 # %%
 class Generator(nn.Module):

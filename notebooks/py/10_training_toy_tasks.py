@@ -31,7 +31,7 @@
 #   `noam_rate`);
 # - **one training step** in the right order (you write `train_step`), then a whole loop, proven to give the same
 #   loss curve as `tfm_lesson.training.train`;
-# - **greedy decoding**, batched (you write `greedy_decode`);
+# - **greedy decoding**, batched (you write `greedy_decode_yours`, your version of the package's `greedy_decode`);
 # - how to tell whether a run is normal: your loss curve against a band of reference runs;
 # - the cross-attention map of the trained model: an **anti-diagonal**, the picture of "output $i$ reads input
 #   $n-1-i$".
@@ -102,8 +102,14 @@ for src, tgt in data.train[:3]:
 # Padding positions are left out of the average. This is the form of Szegedy et al. (2016), who introduced
 # label smoothing, and of PyTorch's `F.cross_entropy(..., label_smoothing=0.1)`. The widely read *Annotated
 # Transformer* uses a variant: $1-\epsilon$ on the right token and $\epsilon/(V-2)$ on every other token except
-# padding, compared with `nn.KLDivLoss`. Both smooth; the numbers differ a little, and the checker below tells
-# you which one you wrote.
+# padding, compared with `nn.KLDivLoss`. Both smooth, and the checker below tells you which one you wrote; but
+# the loss they *report* is not the same number. `nn.KLDivLoss` computes the Kullback-Leibler divergence
+# $\mathrm{KL}(q \,\|\, p) = -\sum_v q(v)\log p(v) - H(q)$: the cross-entropy minus the entropy $H(q)$ of the
+# smoothed target, a constant that does not depend on the model. The gradients are those of the cross-entropy,
+# but the reported loss is lower by $H(q)$: with $\epsilon = 0.1$ over this chapter's 24 target tokens, 0.616
+# **nats** for the target $q$ above (a little more for the variant's, which spreads $\epsilon$ over fewer
+# tokens) (the unit of a loss computed with natural logarithms, as every loss in this course is; divide by
+# $\ln 2$ for bits): the size of the floor that the smoothed cross-entropy cannot go below, met again later.
 #
 # **The learning rate** (section 5.3) rises linearly for `warmup` steps, then decays as $1/\sqrt{\text{step}}$:
 # $$\text{lrate} = d_\text{model}^{-0.5} \cdot \min(\text{step}^{-0.5},\ \text{step} \cdot \text{warmup}^{-1.5}),$$
@@ -145,6 +151,11 @@ print("tgt[3]", [data.tgt_vocab.itos[i] for i in batch.tgt[3].tolist()])
 # Write `shift_targets(tgt)`: `tgt` is `(batch, len)`, each row `<s> w1 … wm </s>` followed by padding. Return
 # `(decoder_input, labels)`, both `(batch, len - 1)`: the decoder reads `<s> w1 … wm` and must predict
 # `w1 … wm </s>` — position $i$ of `labels` is the token that follows position $i$ of `decoder_input`.
+# Slice the whole batch at once: the decoder input is every column but the last, the labels every column but
+# the first. In a padded row (`tgt[3]` above) the last column is padding, so that row's decoder input still
+# holds its `</s>` and some padding.
+# That is fine: the labels at those positions are padding, which the loss skips (exercise 2), and the causal
+# mask keeps the real positions from seeing them.
 
 # %%
 def shift_targets(tgt):
@@ -236,7 +247,9 @@ check_label_smoothing_loss(label_smoothing_loss)
 # **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~5 min
 #
 # Write `noam_rate(step, d_model, warmup)`, the paper's formula above, with steps counted from 1. Step 0 must not
-# crash: guard it (treat it as step 1) or raise a `ValueError` that says steps start at 1.
+# crash: guard it (treat it as step 1) or raise a `ValueError` that says steps start at 1. (Why step 0 comes up
+# at all: PyTorch's `LambdaLR`, which applies a schedule, counts its steps from 0; the paragraph after the
+# exercise shows how the chapter wires it. The checker's messages mention it.)
 
 # %%
 def noam_rate(step, d_model, warmup):
@@ -337,7 +350,8 @@ def greedy_loop(model, src, max_len, bos_id, eos_id):
 # **Difficulty** 3/3 · **Importance** 3/3 · **Time** ~20 min
 #
 # Write `greedy_decode_yours(model, src, max_len, bos_id, eos_id)` (named so that the package's `greedy_decode`,
-# imported at the top, stays available for comparison) for a whole batch `src` `(batch, src_len)`:
+# imported at the top, stays available for comparison; `check_greedy_decode` and its messages still call your
+# function `greedy_decode`, after the job it does) for a whole batch `src` `(batch, src_len)`:
 # - switch the model to eval mode (`model.eval()`: no dropout) and decode under `torch.no_grad()`;
 # - encode once, `memory = model.encode(src)`; then at each step
 #   `logits = model.generator(model.decode(ys, memory, model.make_src_mask(src))[:, -1])`, `(batch, vocab)`,
@@ -346,7 +360,9 @@ def greedy_loop(model, src, max_len, bos_id, eos_id):
 #   (`model.config.tgt_pad_id`) from then on;
 # - stop after `max_len` new tokens, or as soon as every row has ended.
 #
-# Return `ys`, `(batch, 1 + generated)`, starting with `bos_id`.
+# Return `ys`, `(batch, 1 + generated)`, starting with `bos_id`. Create every new tensor on the device of `src`
+# (`torch.full(..., device=src.device)`): the checker runs on the CPU, where a tensor made without `device=`
+# happens to be in the right place, but on a GPU it would stay on the CPU and the first `torch.cat` would fail.
 
 # %%
 def greedy_decode_yours(model, src, max_len, bos_id, eos_id):
@@ -379,8 +395,10 @@ check_greedy_decode(greedy_decode_yours)
 # %% [markdown]
 # ## Your loop
 #
-# Your five pieces make a training loop. (If one of them does not pass its check yet, the line below says so and
-# the reference version stands in, so that the rest of the chapter runs.)
+# Your five pieces make a training loop. If one of them does not pass its check yet, the cell below says so and
+# the reference version stands in, so that the rest of the chapter runs; its last line lists the pieces of
+# yours that the loop uses. (Run from top to bottom, the folded solution cells define the pieces, so the page
+# you read shows all five.)
 
 # %%
 my_shift = yours_or_reference(shift_targets, "shift_targets")
@@ -388,6 +406,10 @@ my_loss = yours_or_reference(label_smoothing_loss, "label_smoothing_loss")
 my_rate = yours_or_reference(noam_rate, "noam_rate")
 my_step = yours_or_reference(train_step, "train_step")
 my_greedy = yours_or_reference(greedy_decode_yours, "greedy_decode")
+mine = {"shift_targets": my_shift is shift_targets, "label_smoothing_loss": my_loss is label_smoothing_loss,
+        "noam_rate": my_rate is noam_rate, "train_step": my_step is train_step,
+        "greedy_decode_yours": my_greedy is greedy_decode_yours}
+print("yours in the loop:", ", ".join(name for name, ok in mine.items() if ok) or "none yet")
 
 
 def train_loop(model, data, steps, batch_size, warmup, peak_lr, smoothing=0.1, clip=1.0, seed=0, report_every=0):
@@ -446,8 +468,12 @@ print("your loop == tfm_lesson.training.train, first 20 losses within 1e-6:",
 # A small model: $d_\text{model} = 64$, 4 heads, 2 encoder and 2 decoder layers, $d_\text{ff} = 128$ —
 # about 0.17 M parameters instead of the paper's 65 M. No dropout (the task is noiseless and the data
 # plentiful), label smoothing 0.1, batches of 128, warm-up 100 steps to a peak rate of 0.003, gradients
-# clipped to norm 1, and a **fixed number of steps**, 600, so the run is the same every time. Your loop prints
-# a line every 100 steps.
+# clipped to norm 1, and a **fixed number of steps**, 600, seeded, on one CPU thread, so the run is the same
+# every time on one machine. Your loop prints a line every 100 steps. Another CPU can print slightly different
+# losses (its arithmetic rounds differently, and 600 steps amplify the difference), and a GPU more so: there
+# the package's `train`, used for the second task below, trains in mixed precision (16-bit floats for most
+# of the arithmetic). The figures quoted below are those of the run stored with this page, on a CPU; what
+# they show holds on any machine.
 
 # %%
 T.seed_everything(0)
@@ -481,7 +507,7 @@ verdict.figure
 # Exact match is the share of test sequences reversed **perfectly** — every symbol, the right length (BLEU and
 # chrF, printed beside it, give partial credit for word and character overlaps, 0–100; chapter 11 explains
 # both). First,
-# your `greedy_decode` against the package's on all 1,000 test sequences:
+# your `greedy_decode_yours` against the package's `greedy_decode` on all 1,000 test sequences:
 
 # %%
 test_src = encode_batch([s for s, _ in data.test], data.src_vocab, device=device)     # (1000, src_len)
@@ -547,13 +573,17 @@ print(verdict)
 verdict.figure
 
 # %% [markdown]
-# *ninety-seven* comes out right, and so do all 1,000 test numbers. But look at the smallest numbers: of 0–99,
-# the line above shows 91% right, and two of the examples fail — *eighty* comes out as *quatre-vingt-*, with a
-# hyphen as if a unit had to follow (as in *quatre-vingt-dix-sept*), and *eleven* comes out empty. The reason is
-# how rarely the model met them. There are only 100 numbers below 100 at all, so they are about 96 of the 50,000
+# *ninety-seven* comes out right, and the test score is near perfect. But look at the smallest numbers: the
+# training cell above prints the share of 0–99 that come out right, and its examples show which short ones
+# fail. In the run stored with this page that share is well below the test score, *eighty* came out as
+# *quatre-vingt-*, with a hyphen as if a unit had to follow (as in *quatre-vingt-dix-sept*), and *eleven* came
+# out empty. On another machine the share can differ by several points and other short numbers can fail: the
+# run is seeded and counted in steps, but another processor rounds differently, and over 400 steps such
+# differences grow. On any machine, though, the short numbers are where the mistakes gather. The reason is how
+# rarely the model met them. There are only 100 numbers below 100 at all, so they are about 96 of the 50,000
 # training pairs (the others fell into validation and test), and 400 steps of 128 pairs are about one pass over the training set: the model has seen each
 # of them about once, against thousands of long numbers. The test set, split off at random, holds about two of
-# them, so its 100% says nothing about them: **a test score measures the distribution the test set was drawn
+# them, so its score says nothing about them: **a test score measures the distribution the test set was drawn
 # from**, and a skill that distribution rarely asks for goes unmeasured. Would training longer fix it, or
 # repeating the short numbers in the training set? Prompt 4 after the exercises lets you find out.
 #
@@ -576,8 +606,8 @@ viz.show_heads(torch.stack(cross), x_tokens=src_tokens, y_tokens=in_tokens,
                title="Reverse: cross-attention of every layer and head")
 
 # %% [markdown]
-# Some heads show the anti-diagonal sharply; others attend elsewhere (to `</s>`, or broadly) — the layers
-# share the work. The query at position $i$ (having read `<s>` and $i$ output symbols) must produce output
+# The heads do not all look alike: in the run stored with this page, layer 1's heads show the anti-diagonal
+# sharply and layer 0's attend broadly (which layer is the sharper one can change from machine to machine). The query at position $i$ (having read `<s>` and $i$ output symbols) must produce output
 # symbol $i$, which is source symbol $n-1-i$. Averaging the heads of each layer and measuring how much weight
 # lands exactly there:
 

@@ -97,10 +97,14 @@ print(f"mean length in tokens: English {len(en_words) / len(every):.1f}, French 
 # %% [markdown]
 # Read those numbers before reading any score below:
 #
-# - **A small, closed world.** About 500 English and 1,200 French word types (French has more forms: gender,
-#   number and tense multiply them), one clause per sentence of about 7 to 8 tokens, built from a handful of
-#   patterns (a subject with *is* and an adjective; a verb without object; a verb with an object; each with
-#   optional place, tense, negation, question). Every test sentence is new, but its words and patterns are not.
+# - **A small, closed world.** 526 English and 1,211 French word types (the cell above prints them; French has more
+#   forms: gender, number and tense multiply them), one clause per sentence of about 7 to 8 tokens, built from a
+#   handful of patterns (a subject with *is* and an adjective; a verb without object; a verb with an object; each
+#   with optional place, tense, negation, question). Every test sentence is new, and almost all of its words and
+#   patterns are not. Almost: the French vocabulary built from the training pairs has 1,205 entries, its special
+#   tokens included, fewer than the 1,211 French word types of the whole corpus, so a few French word forms occur
+#   only in held-out sentences. The model can only write `<unk>` for them, so a held-out sentence that needs one
+#   can never be exactly right.
 # - **One reference, and it is exact.** Each English sentence has exactly one French translation, produced by
 #   the same grammar that produced the training pairs, so the model is scored against the very style it learnt.
 # - **Not comparable with the paper.** The paper reports BLEU on WMT 2014 English→French news text (38.1 for
@@ -152,6 +156,11 @@ verdict.figure
 # $$\frac{\log p(y \mid x)}{lp(y)}, \qquad lp(y) = \left(\frac{5 + |y|}{6}\right)^{\alpha}$$
 # (the length penalty of GNMT, Wu et al. 2016; the paper uses beam 4 and $\alpha = 0.6$). Without it,
 # shorter outputs would win just because they multiply fewer probabilities below 1.
+#
+# This is a simplified variant of GNMT's beam search, not GNMT's own: during the search all hypotheses,
+# finished or not, compete for the $k$ places by their raw log-probability, and the length penalty is used only
+# at the end, to pick the winner. GNMT also normalises while searching (and adds a coverage penalty and pruning),
+# so the two can keep different hypotheses.
 #
 # ### Slowly, for one sentence
 #
@@ -238,8 +247,11 @@ print(f"beam (alpha=0) found a more probable output for {(lp_beam > lp_greedy + 
 # the reference, takes the geometric mean of the four precisions, and multiplies by a brevity penalty for
 # outputs shorter than the references; computed over the whole test corpus, in $[0, 100]$.
 # **chrF** (Popović, 2015) is an F-score over character $n$-grams ($n \le 6$), more forgiving of a wrong
-# ending (*noir* vs *noire*). Exact match counts only perfect sentences. The package calls sacreBLEU, the
-# reference implementation, so the numbers are comparable with published ones (on the same test set).
+# ending (*noir* vs *noire*). Exact match counts only perfect sentences. The package calls sacreBLEU (Post,
+# 2018), which computes BLEU from detokenised text with its own fixed tokenisation and describes its settings in a
+# *signature*: two sacreBLEU scores are comparable when they are on the same test set with the same signature.
+# Older papers, this one included, computed BLEU on their own tokenised text (with `multi-bleu.perl`), which can
+# move the score by a point or more, so a sacreBLEU score is not strictly comparable with theirs.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -254,10 +266,13 @@ for hyp in (["le chat noir dort .", "les enfants ne mangent pas ."],
 # touches the word), and little in chrF.
 #
 # The lines above are those of the run stored with this page, made on a 2-core x86-64 CPU: the training time is
-# printed under the training cell, and your machine's will differ. Beam search gains little over greedy here
+# printed under the training cell, and your machine's will differ. So, a little, can the scores: another CPU
+# rounds differently, and on a GPU `train` uses mixed precision (16-bit floats for most of the arithmetic), so
+# expect scores that differ by a point or so and other sentences among the mistakes. Beam search gains little over greedy here
 # (compare the two rows), for the reason given above. Note also that the last validation line (200 validation
 # sentences) and the test rows (500 test sentences) differ by several points: different sentences, small
-# samples. The mistakes left are mostly agreement: see the first example below.
+# samples. The first example below shows one kind of mistake left, an agreement error; nothing here counts how
+# many of the mistakes are of that kind.
 #
 # ## See it: alignment maps
 #
@@ -295,8 +310,9 @@ viz.show_attention(cross_attention(model, source, target, layer=1),
 # *joli* stays before the noun, *gris* goes after it. In the stored run the model also makes a typical small-
 # model mistake: it writes *jolie ours*, a feminine adjective before a masculine noun (the right form is *joli
 # ours*) — it attends to the right English words but has not quite learnt which French noun's gender to copy.
-# Attention is a soft alignment, and not every head or layer aligns: the last layer of a small model is usually
-# the clearest.
+# Attention is a soft alignment, and not every head or layer aligns: compare the two layers in the figure below.
+# Which layer aligns best depends on the model; in the six-layer Transformers that Garg et al. (2019) examined it
+# was the penultimate one, not the last.
 
 # %%
 source, target = examples[1], translate(model, [examples[1]], data.src_vocab, data.tgt_vocab, beam_size=4)[0]

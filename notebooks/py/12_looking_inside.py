@@ -391,7 +391,9 @@ plt.show()
 
 # %% [markdown]
 # What to take from these pictures (the numbers are the ones printed above, from the run stored with this
-# chapter; a run on your machine gives the same ones up to floating-point details):
+# chapter, on a CPU; on another machine, and especially on a GPU, where `train` uses mixed precision, the
+# trained model differs a little, and so can each head's damage and which heads top the list; the pattern
+# described below is what to look for):
 #
 # - **A few heads are essential.** Two heads stand out: head 3 of the first decoder self-attention layer
 #   (82 points) and head 1 of the first cross-attention layer (78 points). Without either one almost no number
@@ -404,10 +406,22 @@ plt.show()
 #   *encoder* self-attention block only 3 points are lost.
 # - **Entropy is a hint, not a verdict.** Both correlations are negative: heads with *lower* entropy (sharper,
 #   pointer-like) tend to cost *more* when removed. The rank correlation ($\rho = -0.69$) is much stronger than
-#   Pearson's $r = -0.27$: the damage is very skewed (two heads near 80 points, most far lower), and a straight
+#   Pearson's $r = -0.27$: the damage is very skewed (two heads at 82 and 78 points, most far lower), and a straight
 #   line fits such a cloud badly even when the order agrees. Still, the order is not a law — the second most
 #   harmful head has middling entropy (0.50) — and 24 heads are few. Claims drawn from attention maps alone
 #   should be checked by an intervention like this one.
+# - **A caveat on the method.** Zeroing a head feeds the layers after it an input they never met in training.
+#   The damage therefore mixes two things: how much the model relies on that head, and how badly it copes with
+#   an input off its usual distribution. Replacing the head's output by its average over many inputs (mean
+#   ablation) stays closer to what the model knows, and can rank the heads differently.
+# - **What larger studies found.** Michel et al. (2019, *Are Sixteen Heads Really Better than One?*) and Voita
+#   et al. (2019, *Analyzing Multi-Head Self-Attention*) removed heads from trained translation models (and
+#   BERT, in Michel et al.): most heads can go at little cost, while a few specialised ones carry much of the
+#   work, the picture above at a larger scale. Clark et al. (2019, *What Does BERT Look At?*) found BERT heads
+#   that follow syntactic relations. Whether attention weights *explain* a prediction is disputed: Jain and
+#   Wallace (2019, *Attention is not Explanation*) showed weights that can be changed a lot without changing the
+#   output; Wiegreffe and Pinter (2019, *Attention is not not Explanation*) answered that this depends on what
+#   one calls an explanation and how one tests it.
 #
 # ## Try this
 #

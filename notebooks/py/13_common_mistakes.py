@@ -482,7 +482,9 @@ viz.plot_lines({"correct": loss_right, "causal mask off by one, tril(1)": loss_l
 # %% [markdown]
 # The leaky curve drops below the correct one **at once**: copying the next decoder input is easier than
 # finding the token in the source, so over steps 10–49 its loss is already well below both others (1.67,
-# against 2.11 for the correct model and 2.14 for the $\sqrt{d_{model}}$ one, in the cell above). That early gap is the classic sign of a leak. A lower *final* loss is not:
+# against 2.11 for the correct model and 2.14 for the $\sqrt{d_{model}}$ one, in the cell above: the figures of
+# the run stored with this page, on a CPU; another machine, a GPU especially, prints slightly different ones,
+# with the same gap). That early gap is the classic sign of a leak. A lower *final* loss is not:
 # here the $\sqrt{d_{model}}$ model also ends below the correct one, and it leaks nothing. At inference the
 # leak has nothing to read (the next token does not exist yet), and the greedy accuracy shows what the model
 # really learned. The $\sqrt{d_{model}}$ model trains as well as the correct one on this small task (its
@@ -641,8 +643,10 @@ print(hint_of(lambda: check_positional_encoding(PositionsAlongBatch)))
 # `residual = copy.deepcopy(x)` looks like a careful way to keep the input. But a deep copy of a tensor is
 # a new tensor **outside the autograd graph**: the output is the same number, the gradient through the
 # residual path is gone. Inside a real model every layer's input is the result of an operation, and there
-# `deepcopy` raises instead; where it does run (on a leaf tensor, as below) it silently cuts the gradient, as
-# `x.detach()` or `x.data` would anywhere. The residual connection exists precisely to carry gradients: a
+# `deepcopy` raises a `RuntimeError`, which is what you will usually meet: in the cell below the first copy
+# works (its input is a leaf tensor, made by hand) and the second one, of `norm1`'s output, raises. Where it
+# does run, on a leaf, it silently cuts the gradient, as `x.detach()` or `x.data` would anywhere; the checker's
+# hint names both. The residual connection exists precisely to carry gradients: a
 # model whose residuals are cut that way trains like a deep network without shortcuts.
 
 # %%
@@ -701,7 +705,10 @@ print(hint_of(lambda: check_encoder_layer(PostNormProsePreNormCode)))
 #
 # The mistakes above come from five classic from-scratch implementations of the paper, of the kind found in
 # tutorials: a Colab notebook, two blog-style walk-throughs, an annotated notebook and a textbook chapter that
-# builds a translator line by line. They were not only bugs. They made design choices that differ from the paper's
+# builds a translator line by line. Many such tutorials descend from The Annotated Transformer (Rush, 2018),
+# and several of the patterns here are its own: the sub-layer connection that normalises *first* while the
+# text quotes post-norm (chapter 05), label smoothing computed with `nn.KLDivLoss` (chapter 10), a generator
+# that ends in a log-softmax (chapter 09). They were not only bugs. They made design choices that differ from the paper's
 # default or from `tfm_lesson`'s code, and are perfectly good. Each is either an option of `tfm_lesson` or
 # computes the same numbers; here is the proof for each.
 #

@@ -29,7 +29,7 @@
 #   checked against `tfm_lesson.tokenizer.BPETokenizer` and the Hugging Face `tokenizers` library;
 # - **next-token prediction**: inputs and targets shifted by one, the loss, **perplexity**, and a baseline
 #   to beat;
-# - a minute of training on a laptop CPU, and samples before and after;
+# - a few hundred training steps on a laptop CPU, and samples before and after;
 # - **sampling**: greedy, temperature, top-k and top-p (nucleus), shown on the trained model.
 
 # %%
@@ -239,8 +239,9 @@ print("positions 12-19 changed: ", bool((a[:, 12:] - b[:, 12:]).abs().amax(-1).g
 # ### Tokens: byte-pair encoding, step by step
 #
 # A tokenizer maps text to integer ids and back. Words make a huge vocabulary and still meet unknown words;
-# characters make tiny tokens and long sequences. **Byte-pair encoding** (Sennrich et al., 2016) sits in
-# between and learns its pieces from the text:
+# characters make tiny tokens and long sequences. **Byte-pair encoding** (BPE) sits in between and
+# learns its pieces from the text. Sennrich et al. (2016) brought it to translation starting from characters;
+# GPT-2 (Radford et al., 2019) starts from bytes instead, and so do we:
 #
 # 1. start from the text's UTF-8 **bytes**: 256 possible values, ids 0–255 (this is what "byte-level" means:
 #    any string, in any script, with emoji, has an encoding, and nothing is ever unknown);
@@ -309,7 +310,7 @@ for pattern, label in [(None, "no split"), (GPT2_PATTERN, "GPT-2 split")]:
 # **The corpus** is the English half of the sentence pairs shipped with this course (chapter 11 translates
 # them): 50,000 sentences generated from a small lexicon with a simple grammar, one per line. They are part of
 # tfm_lesson (MIT licence), realised with pyRealB, whose English lexicon is CC BY 4.0. We use them because a
-# small vocabulary and a regular grammar are what a tiny model can learn in a minute on a CPU, so you can
+# small vocabulary and a regular grammar are what a tiny model can learn in a few hundred steps on a CPU, so you can
 # watch its samples turn from noise into sentences. The last 10% of the lines are held out for validation.
 
 # %%
@@ -334,7 +335,167 @@ for text in ["Zebras can't fly 🦓", "naïve café, e\u0301, 日本語", "nul\x
 # (` was` `he` `s`). A word the corpus never has ("Zebras") falls apart into smaller pieces, down to single bytes
 # for the emoji, and still comes back exactly.
 #
-# ### Checked against Hugging Face `tokenizers`
+# ### Next-token batches
+#
+# The whole training text is one long sequence of ids. A batch is `batch_size` windows of `context + 1` tokens
+# at random places; each window gives inputs `x` (its first `context` tokens) and targets `y` (its last
+# `context`): the same tokens, one step later.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x, y = random_windows(data.train, batch_size=4, context=12, generator=torch.Generator().manual_seed(0))
+print("x", tuple(x.shape), " y", tuple(y.shape), "(batch, context)")
+print("y is x shifted by one:", torch.equal(x[:, 1:], y[:, :-1]))
+for t in range(4):
+    print(f"after {tokenizer.decode(x[0, :t + 1].tolist())!r:28} comes {tokenizer.decode([int(y[0, t])])!r}")
+
+# %% [markdown]
+# One window is `context` training examples at once: position $t$ sees `x[:t+1]` (the causal mask) and is
+# scored on `y[t]`.
+#
+# ## Train it
+#
+# The model: 2 blocks, $d_\text{model} = 64$, 4 heads, $d_{ff} = 256$, a context of 64 tokens, a vocabulary of
+# 512. Before training it knows nothing: its perplexity is about the vocabulary size, and its "text" is a string
+# of random tokens: single bytes (some of them pieces of a multi-byte character, drawn `�`) and pieces of words. The unigram baseline is computed from token counts alone.
+
+# %%
+torch.manual_seed(0)
+model = GPT(config).to(device)
+print(f"{T.count_parameters(model):,} parameters")
+baseline = unigram_perplexity(data.train, data.valid, data.vocab_size)
+print(f"held-out perplexity: untrained model {perplexity(model, data.valid):.1f}, unigram baseline {baseline:.1f}")
+print("sample at step 0:", repr(complete(model, tokenizer, "", max_new_tokens=40, temperature=1.0, seed=0)))
+
+# %% [markdown]
+# `train_lm` draws random windows, minimises the cross-entropy with Adam (the paper's $\beta_1 = 0.9$,
+# $\beta_2 = 0.98$),
+# changes the learning rate at every step along a schedule, and clips the gradient norm at 1. The schedule has
+# two parts:
+#
+# - **warm-up**: over the first 5% of the steps the rate rises in a straight line from 0 to its peak,
+#   `lr=3e-3`. At the start Adam's estimates of the gradients' size rest on very few steps, and big steps
+#   taken on them can throw the weights far off;
+# - **cosine decay**: for the remaining 95% it falls from the peak to a tenth of it along half a cosine, slowly
+#   at first, fastest in the middle and slowly again at the end, so the last steps are small ones that settle the
+#   weights.
+#
+# It trains for a fixed number of optimiser steps, 250, on batches drawn from a seeded generator, with one CPU
+# thread: run it twice on one machine and you get the same figures. (A time budget, "train for 45 seconds",
+# would give another number of steps, and another schedule, on every machine and under every load.) The cell
+# prints how long the steps took on yours.
+
+# %%
+history = train_lm(model, data, steps=250, batch_size=32, lr=3e-3, device=device, seed=0)
+steps, seconds = len(history["step"]), history["seconds"][-1]
+print(f"{steps} steps in {seconds:.0f} s on {device.type} ({platform.machine()}, {os.cpu_count()} CPU cores visible)")
+
+# %% mystnb={"image": {"alt": "Line chart of the learning rate over the 250 training steps: a straight rise to 0.003 over the first steps, then a half-cosine fall to a tenth of the peak."}}
+viz.plot_lines({"learning rate": history["lr"]}, x=history["step"], title="The schedule: warm-up, then cosine decay",
+               xlabel="step", ylabel="learning rate")
+
+# %% mystnb={"image": {"alt": "Line chart of the language model's next-token training loss over the training steps, falling quickly at first and then slowly."}}
+viz.plot_lines({"training loss (one batch)": history["loss"]},
+               x=history["step"], title="Next-token cross-entropy while training", xlabel="step", ylabel="cross-entropy")
+
+# %%
+trained = perplexity(model, data.valid)
+print(f"held-out perplexity after {steps} steps: {trained:.2f}")
+print(f"unigram baseline:                        {baseline:.2f}  ({baseline / trained:.0f} times higher)")
+print(f"uniform guess over the vocabulary:       {data.vocab_size}")
+
+# %% [markdown]
+# The trained model's perplexity, measured on 5,000 sentences it never saw, is a small fraction of the unigram
+# baseline's: it uses the context. These figures are those of a CPU. On a GPU the same seeds can give other
+# figures: its kernels add the numbers up in another order, and over 250 steps small differences grow, so
+# expect the perplexity and the samples below to differ a little from the ones stored here. Perplexity counts tokens, not words: tokens are pieces of words, and inside a
+# word the next piece is often nearly certain, while at the start of a sentence many tokens are possible.
+#
+# And the samples:
+
+# %%
+for seed in range(3):
+    print(repr(complete(model, tokenizer, "", max_new_tokens=50, temperature=0.8, top_k=20, seed=seed)))
+
+# %% [markdown]
+# From random tokens to sentences in 250 steps: capitals and full stops, a line break after each sentence,
+# words from the lexicon, and short sentences, some of them grammatical. Not every word is real and not every
+# sentence is grammatical yet; longer training fixes much of that (try it below).
+#
+# ## See it: how sampling chooses
+#
+# Take one prompt and look at the model's next-token distribution, sorted from the most probable token down.
+# The temperature reshapes it: below 1 the head grows, above 1 the tail does.
+
+# %% mystnb={"image": {"alt": "Line chart of the probabilities of the 15 most probable next tokens at temperatures 0.5, 1 and 2: the low temperature makes the top tokens more probable, the high one flattens the curve."}}
+prompt = "The small"
+with torch.no_grad():
+    logits = model(torch.tensor([tokenizer.encode(prompt)], device=device))[0, -1].cpu()  # (vocab,)
+order = logits.argsort(descending=True)[:15]
+print("most probable next tokens:", [tokenizer.decode([int(i)]) for i in order[:8]])
+viz.plot_lines({f"temperature {t}": (logits / t).softmax(-1)[order].tolist() for t in (0.5, 1.0, 2.0)},
+               x=list(range(1, 16)), title=f"Next-token probabilities after {prompt!r}",
+               xlabel="rank of the token (1 = most probable)", ylabel="probability")
+
+# %% [markdown]
+# Top-k and top-p cut the tail instead of reshaping it. With the same logits:
+
+# %%
+probs = logits.softmax(-1)
+for name, kept_logits in [("top-k = 5", filter_top_k(logits[None], 5)[0]),
+                          ("top-p = 0.5", filter_top_p(logits[None], 0.5)[0]),
+                          ("top-p = 0.9", filter_top_p(logits[None], 0.9)[0])]:
+    kept = torch.isfinite(kept_logits)
+    print(f"{name:12} keeps {int(kept.sum()):3d} tokens, holding {probs[kept].sum():.2f} of the probability")
+
+# %% [markdown]
+# Top-k keeps a fixed number of tokens however the probability is spread; top-p keeps as many as it takes to
+# reach $p$, few when the model is confident and many when it is not. Now the four ways to choose, on one
+# prompt (each seeded, so you get the same text when you run it again):
+
+# %%
+for name, kwargs in [("greedy (temperature 0)", dict(temperature=0)),
+                     ("temperature 0.7", dict(temperature=0.7)),
+                     ("temperature 1.5", dict(temperature=1.5)),
+                     ("top-k = 5", dict(temperature=1.0, top_k=5)),
+                     ("top-p = 0.9", dict(temperature=1.0, top_p=0.9))]:
+    print(f"{name:24}", repr(prompt + complete(model, tokenizer, prompt, max_new_tokens=30, seed=1, **kwargs)))
+
+# %% [markdown]
+# Greedy decoding always takes the likeliest token, and the same prompt always gives the same text, which
+# tends to repeat itself (here the same short sentence pattern, "The ... will not ..."; with longer outputs,
+# greedy text often ends in a loop). A high temperature gives the tail a chance, and with it spelling mistakes and
+# invented words. Top-k and top-p cut off only the rarest tokens and keep the variety of sampling; a model
+# trained for 250 steps still misspells with them, as the samples above show.
+#
+# `complete` (through `GPT.generate`) has used a cache of keys and values all along (chapter 15 explains it).
+# The same text with and without that cache: `generate` reuses the
+# keys and values of earlier positions instead of recomputing them, and should produce the same tokens; the
+# cell checks that it does here. That is a measurement, not a guarantee: the cached path adds the same numbers
+# up in another order, so the logits can differ in their last bits (chapter 15 measures by how much), and where
+# two tokens are nearly tied greedy decoding can then pick the other one, more often in bfloat16 on a GPU.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+cached = complete(model, tokenizer, prompt, max_new_tokens=30, temperature=0, use_cache=True)
+uncached = complete(model, tokenizer, prompt, max_new_tokens=30, temperature=0, use_cache=False)
+print("greedy, cached == uncached:", cached == uncached)
+
+# %% [markdown]
+# ## Play with it
+#
+# Type a prompt and move the sliders. The bars show the model's next-token distribution (grey) and what
+# temperature, top-k and top-p make of it (blue); below, the model's continuation. top-k 0 and top-p 1 mean
+# "off"; temperature 0 is greedy. (In a static view, such as the book, you see the default settings.)
+
+# %% mystnb={"image": {"alt": "Explorer picture: bars of the most probable next tokens as the model gives them and after temperature and filtering, above the prompt and a 40-token sample."}}
+widgets.sampling_widget(model, tokenizer, "The small", max_new_tokens=40)
+
+# %% [markdown]
+# ## Going further: checked against Hugging Face `tokenizers`
+#
+# This section compares our tokenizer with a widely used library; nothing later in the chapter depends on it,
+# so you can skip it on a first read.
 #
 # The `tokenizers` library (the tokenizer of the `transformers` ecosystem, written in Rust) has a byte-level
 # BPE trainer. Trained on the same text with the same split, vocabulary size and minimum pair count, does it
@@ -394,155 +555,20 @@ print("same tokens on held-out text:",
 #   end of a sentence with a line break instead, an ordinary byte;
 # - **minimum frequency**: both stop when the best pair occurs fewer than `min_frequency` times (2 here);
 #   `tokenizers` defaults to 0, so leaving it unset there changes the last merges;
-# - **the split**: `tokenizers` uses the `regex` package's Unicode classes (`\p{L}`, `\p{N}`), we use Python's
-#   `re`; the two agree on ordinary text and differ on rare characters such as `²`;
+# - **the split**: GPT-2's pattern uses Unicode classes (`\p{L}`, `\p{N}`); GPT-2's original `encoder.py` runs it
+#   with the Python `regex` package, `tokenizers` with its Rust regular-expression engine (Oniguruma); we use
+#   Python's `re`, which has no `\p{…}`, with the nearest classes it has; they agree on ordinary text and differ
+#   on rare characters such as `²`;
 # - **ids**: the same merges get different numbers (their ids count from the printable characters, ours from
 #   the byte values), which is why we compare merges and tokens as byte strings.
 
 # %% [markdown]
-# ### Next-token batches
-#
-# The whole training text is one long sequence of ids. A batch is `batch_size` windows of `context + 1` tokens
-# at random places; each window gives inputs `x` (its first `context` tokens) and targets `y` (its last
-# `context`): the same tokens, one step later.
-
-# %%
-# NBVAL_CHECK_OUTPUT
-x, y = random_windows(data.train, batch_size=4, context=12, generator=torch.Generator().manual_seed(0))
-print("x", tuple(x.shape), " y", tuple(y.shape), "(batch, context)")
-print("y is x shifted by one:", torch.equal(x[:, 1:], y[:, :-1]))
-for t in range(4):
-    print(f"after {tokenizer.decode(x[0, :t + 1].tolist())!r:28} comes {tokenizer.decode([int(y[0, t])])!r}")
-
-# %% [markdown]
-# One window is `context` training examples at once: position $t$ sees `x[:t+1]` (the causal mask) and is
-# scored on `y[t]`.
-#
-# ## Train it
-#
-# The model: 2 blocks, $d_\text{model} = 64$, 4 heads, $d_{ff} = 256$, a context of 64 tokens, a vocabulary of
-# 512. Before training it knows nothing: its perplexity is about the vocabulary size, and its "text" is random
-# bytes. The unigram baseline is computed from token counts alone.
-
-# %%
-torch.manual_seed(0)
-model = GPT(config).to(device)
-print(f"{T.count_parameters(model):,} parameters")
-baseline = unigram_perplexity(data.train, data.valid, data.vocab_size)
-print(f"held-out perplexity: untrained model {perplexity(model, data.valid):.1f}, unigram baseline {baseline:.1f}")
-print("sample at step 0:", repr(complete(model, tokenizer, "", max_new_tokens=40, temperature=1.0, seed=0)))
-
-# %% [markdown]
-# `train_lm` draws random windows, minimises the cross-entropy with Adam (the paper's $\beta_1 = 0.9$,
-# $\beta_2 = 0.98$),
-# warms the learning rate up over the first 5% of the run and then lowers it along a cosine, and clips the
-# gradient norm at 1. It stops after a time budget: 45 seconds here. On a 2-core laptop CPU that is a couple of
-# hundred steps or more, depending on the machine (the cell prints how many); with a GPU, or more patience, you
-# get more.
-
-# %%
-history = train_lm(model, data, minutes=0.75, batch_size=32, lr=3e-3, device=device, seed=0)
-steps, seconds = len(history["step"]), history["seconds"][-1]
-print(f"{steps} steps in {seconds:.0f} s on {device.type} ({platform.machine()}, {os.cpu_count()} CPU cores visible)")
-
-# %%
-viz.plot_lines({"training loss (one batch)": history["loss"]},
-               x=history["step"], title="Next-token cross-entropy while training", xlabel="step", ylabel="cross-entropy")
-
-# %%
-trained = perplexity(model, data.valid)
-print(f"held-out perplexity after {steps} steps: {trained:.2f}")
-print(f"unigram baseline:                        {baseline:.2f}  ({baseline / trained:.0f} times higher)")
-print(f"uniform guess over the vocabulary:       {data.vocab_size}")
-
-# %% [markdown]
-# The trained model's perplexity, measured on 5,000 sentences it never saw, is a small fraction of the unigram
-# baseline's: it uses the context. Perplexity counts tokens, not words: tokens are pieces of words, and inside a
-# word the next piece is often nearly certain, while at the start of a sentence many tokens are possible.
-#
-# And the samples:
-
-# %%
-for seed in range(3):
-    print(repr(complete(model, tokenizer, "", max_new_tokens=50, temperature=0.8, top_k=20, seed=seed)))
-
-# %% [markdown]
-# From random bytes to sentences in under a minute: capitals and full stops, a line break after each sentence,
-# words from the lexicon, and short sentences, some of them grammatical. Not every word is real and not every
-# sentence is grammatical yet; longer training fixes much of that (try it below).
-#
-# ## See it: how sampling chooses
-#
-# Take one prompt and look at the model's next-token distribution, sorted from the most probable token down.
-# The temperature reshapes it: below 1 the head grows, above 1 the tail does.
-
-# %%
-prompt = "The small"
-with torch.no_grad():
-    logits = model(torch.tensor([tokenizer.encode(prompt)], device=device))[0, -1].cpu()  # (vocab,)
-order = logits.argsort(descending=True)[:15]
-print("most probable next tokens:", [tokenizer.decode([int(i)]) for i in order[:8]])
-viz.plot_lines({f"temperature {t}": (logits / t).softmax(-1)[order].tolist() for t in (0.5, 1.0, 2.0)},
-               x=list(range(1, 16)), title=f"Next-token probabilities after {prompt!r}",
-               xlabel="rank of the token (1 = most probable)", ylabel="probability")
-
-# %% [markdown]
-# Top-k and top-p cut the tail instead of reshaping it. With the same logits:
-
-# %%
-probs = logits.softmax(-1)
-for name, kept_logits in [("top-k = 5", filter_top_k(logits[None], 5)[0]),
-                          ("top-p = 0.5", filter_top_p(logits[None], 0.5)[0]),
-                          ("top-p = 0.9", filter_top_p(logits[None], 0.9)[0])]:
-    kept = torch.isfinite(kept_logits)
-    print(f"{name:12} keeps {int(kept.sum()):3d} tokens, holding {probs[kept].sum():.2f} of the probability")
-
-# %% [markdown]
-# Top-k keeps a fixed number of tokens however the probability is spread; top-p keeps as many as it takes to
-# reach $p$, few when the model is confident and many when it is not. Now the four ways to choose, on one
-# prompt (each seeded, so you get the same text when you run it again):
-
-# %%
-for name, kwargs in [("greedy (temperature 0)", dict(temperature=0)),
-                     ("temperature 0.7", dict(temperature=0.7)),
-                     ("temperature 1.5", dict(temperature=1.5)),
-                     ("top-k = 5", dict(temperature=1.0, top_k=5)),
-                     ("top-p = 0.9", dict(temperature=1.0, top_p=0.9))]:
-    print(f"{name:24}", repr(prompt + complete(model, tokenizer, prompt, max_new_tokens=30, seed=1, **kwargs)))
-
-# %% [markdown]
-# Greedy decoding always takes the likeliest token, and the same prompt always gives the same text, which
-# often falls into a loop. A high temperature gives the tail a chance, and with it spelling mistakes and
-# invented words. Top-k and top-p cut off only the rarest tokens and keep the variety of sampling; a model
-# trained for less than a minute still misspells with them, as the samples above show.
-#
-# `complete` (through `GPT.generate`) has used a cache of keys and values all along (chapter 15 explains it).
-# The same text with and without that cache: `generate` reuses the
-# keys and values of earlier positions instead of recomputing them, and must produce the same tokens.
-
-# %%
-# NBVAL_CHECK_OUTPUT
-cached = complete(model, tokenizer, prompt, max_new_tokens=30, temperature=0, use_cache=True)
-uncached = complete(model, tokenizer, prompt, max_new_tokens=30, temperature=0, use_cache=False)
-print("greedy, cached == uncached:", cached == uncached)
-
-# %% [markdown]
-# ## Play with it
-#
-# Type a prompt and move the sliders. The bars show the model's next-token distribution (grey) and what
-# temperature, top-k and top-p make of it (blue); below, the model's continuation. top-k 0 and top-p 1 mean
-# "off"; temperature 0 is greedy. (In a static view, such as the book, you see the default settings.)
-
-# %%
-widgets.sampling_widget(model, tokenizer, "The small", max_new_tokens=40)
-
-# %% [markdown]
 # ## Try this
 #
-# - Train for 3 minutes instead of 45 seconds (`minutes=3`): how far does the perplexity fall, and do the
+# - Train for 1,000 steps instead of 250 (`steps=1000`): how far does the perplexity fall, and do the
 #   samples make fewer mistakes?
 # - Train on your own text: `load_corpus(path="my_text.txt")`, or from a terminal
-#   `python -m tfm_lesson.train --text my_text.txt --minutes 5`, then
+#   `python -m tfm_lesson.train --text my_text.txt --steps 1000`, then
 #   `python -m tfm_lesson.generate runs/lm/lm.pt "Once upon"`.
 # - Tokenizer size: a vocabulary of 300 or 1,000 instead of 512 (this corpus has too few distinct words for
 #   much more: training stops when no pair occurs twice), with the model rebuilt to match, e.g.
@@ -664,7 +690,7 @@ T.quiz.show("14")
 #   pairs are ordered differently; with the same tie-break, all merges agree.
 # - Training is next-token prediction: targets are the inputs shifted by one, the loss is the cross-entropy, and
 #   held-out perplexity $= \exp(\text{loss})$. The trained model's perplexity is far below the unigram
-#   baseline's, after under a minute on a CPU.
+#   baseline's, after 250 steps on a CPU.
 # - Temperature reshapes the next-token distribution (0 = greedy), top-k keeps a fixed number of tokens, top-p
 #   the smallest set holding probability $p$.
 #

@@ -18,7 +18,10 @@
 # # 15 · Fast generation: the KV cache
 #
 # A language model writes one token at a time. The decoding of chapters 10–13 ran the model over the **whole**
-# sequence again for every new token (chapter 14's `generate` used a cache without explaining it): the prompt and every token generated before. This chapter shows that almost all of that
+# sequence again for every new token in the decoders you wrote yourself there (`greedy_decode_yours` in
+# chapter 10, the slow beam search of chapter 11): the prompt and every token generated before. (The package's
+# `greedy_decode`, `beam_search` and `translate`, which those chapters also called, and chapter 14's `generate`
+# already used a cache, unexplained until now.) This chapter shows that almost all of that
 # work is a repetition, keeps the part that can be kept — the **keys and values** of the earlier
 # positions — and measures what it buys.
 #

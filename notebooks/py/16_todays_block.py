@@ -25,8 +25,10 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # # 16 · Today's block: RMSNorm, RoPE, SwiGLU, grouped-query attention
 #
 # The layer you built in chapters 01–09 is the 2017 one. Open the code of a model released in the last few
-# years (Llama, Mistral, Qwen, Gemma, SmolLM) and you find the same skeleton (attention, then a
-# feed-forward network, each with a residual connection and a norm), changed in six places:
+# years in the Llama family (Llama 2 and 3, Mistral, SmolLM and many more built the same way) and you find the
+# same skeleton (attention, then a feed-forward network, each with a residual connection and a norm), changed
+# in six places. (Other families differ in details: Qwen2 keeps biases on the query, key and value projections;
+# Gemma multiplies its embeddings by $\sqrt{d_{model}}$ and gates with GELU, GeGLU, instead of SwiGLU.)
 #
 # | part | 2017 (the paper) | GPT-2 (2019) | Llama-style (today) |
 # |---|---|---|---|
@@ -102,7 +104,8 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 #   a careful warm-up (chapter 05 measured it);
 # - **RMSNorm** does the part of layer norm that matters, the re-scaling, and skips the re-centring;
 # - **RoPE** puts positions where they are used, in the query–key score, and makes that score depend on
-#   the distance between two tokens rather than on where they sit;
+#   the offset $m - n$ between the query's and the key's positions (how far apart they are, and in which
+#   order) rather than on where they sit;
 # - **SwiGLU** lets one projection of the input gate another, feature by feature, for the same parameters;
 # - **grouped-query attention** shares each key/value head among several query heads, so the KV cache
 #   (chapter 15) shrinks by that factor;
@@ -130,7 +133,12 @@ print(GPT(today).blocks[0])
 # itself. Its size is whatever the embeddings and the sub-layers add up to, and it grows with every block
 # that adds to it. So a pre-norm model adds **one final norm** after the last block, before the output
 # projection. Follow the stream through a random 8-layer pre-norm GPT (GPT-2's initialisation, which keeps the
-# growth slow):
+# growth slow). Expect small numbers: that initialisation draws the embeddings with a standard deviation of
+# 0.02, so the stream starts at a root mean square of a few hundredths, and a freshly initialised block adds
+# little to it. The final norm (a layer norm in this model) divides each position by its own spread, the
+# standard deviation of its features, so it brings the stream up to a root mean square of about 1 (times its
+# gain, which starts at 1), however small or large the stream is; a little under 1 here, because the $\epsilon$
+# inside its square root is no longer negligible next to a variance this small:
 
 # %%
 torch.manual_seed(0)
@@ -165,7 +173,8 @@ print(f"after the final norm: {sizes[-1]:.3f}")
 #
 # $$\mathrm{RMSNorm}(x) = \gamma \odot \frac{x}{\sqrt{\tfrac1d \sum_i x_i^2 + \epsilon}} .$$
 #
-# The two agree exactly when the mean $\mu$ is zero. $\epsilon$ sits *inside* the root, as in layer norm.
+# The two agree exactly when the mean $\mu$ is zero (then $\sigma^2$ is the mean square) *and* layer norm's
+# shift $\beta$ is zero, with the same gain $\gamma$. $\epsilon$ sits *inside* the root, as in layer norm.
 #
 # ### Build it
 
@@ -307,7 +316,11 @@ print("lengths kept:", torch.allclose(q_rot.norm(dim=-1), q.norm().expand(positi
 # $(a, b)$ becomes $(a\cos - b\sin,\; b\cos + a\sin)$, the same rotation as the loop. (You write this
 # vectorised version yourself in exercise 2; below, the course's `RotaryEmbedding` runs it.) The two conventions
 # rotate different pairs, so the same weights give different numbers under each; a model converted from one
-# to the other must have the rows of its $W^Q$ and $W^K$ permuted, and then every score is unchanged:
+# to the other must have the rows of its $W^Q$ and $W^K$ permuted (within each head), and then every score is
+# unchanged. Permuting the rows of $W^Q$ permutes the features of every query it computes, so the cell below
+# shows the same thing on one set of vectors: it permutes the features of `x` (as the permuted weights would),
+# applies the halves convention, and gets the interleaved result, permuted the same way. Since a dot product
+# does not change when both vectors are permuted alike, the scores are the same:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -428,7 +441,9 @@ print("from scratch = transformers' LlamaMLP:", max_diff(scratch(x), theirs(x)) 
 #
 # Chapter 15's cache keeps, for every layer, the keys and values of every earlier token: $2 \times
 # \text{layers} \times \text{heads} \times \text{length} \times d_k$ numbers per sequence. For a long
-# conversation that, not the weights, fills the memory. Grouped-query attention (Ainslie et al., 2023)
+# sequence and a large batch it can outgrow the weights: for Llama-2-7B in 16-bit floats (32 layers, 32 heads,
+# $d_k = 128$), one sequence of 4,096 tokens needs 2 GiB of cache, against about 13 GB of weights, so a batch of
+# seven such sequences needs more memory for its cache than for the model. Grouped-query attention (Ainslie et al., 2023)
 # keeps `heads` query heads but computes only `kv_heads` key/value heads; each one serves a **group** of
 # `heads / kv_heads` consecutive query heads. `kv_heads = heads` is multi-head attention; `kv_heads = 1` is
 # multi-query attention (Shazeer, 2019). The cache shrinks by `heads / kv_heads`.
@@ -512,8 +527,11 @@ for kv_heads in (9, 3):
 # ## 6. No biases
 #
 # Llama has no bias in any linear layer, and RMSNorm has no shift. Biases are a small share of the
-# parameters, and the norms that follow each residual addition would undo much of what a constant offset
-# does; the PaLM authors report that removing them made the training of large models more stable. Counted:
+# parameters. They are not useless, though, and the norms do not cancel them: a bias adds a different constant
+# to each feature, layer norm removes only the mean of those constants across the features, and RMSNorm none
+# of them (section 2 printed "unchanged when 3 is added to x: False" for RMSNorm). The reason to drop them
+# is an empirical one: the PaLM authors report that removing them made the training of large models more
+# stable. Counted:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -706,9 +724,13 @@ else:
 # ### A tiny ablation, run here
 #
 # The first and the last variants only, three seeds each, 60 steps of a very small model ($d_{model} = 32$,
-# a context of 32 tokens). After 60 steps the models have barely moved from the unigram baseline (printed
-# with the full ablation below), and the seeds disagree: look at how wide the interval of the difference is.
-# That is what a budget this small can say.
+# a context of 32 tokens). After 60 steps the models have barely moved from the unigram baseline, and the
+# seeds disagree: look at how wide the interval of the difference is.
+# That is what a budget this small can say. (The figure's title gives the unigram baseline measured on the
+# 8,000 held-out tokens these small runs are scored on; the full ablation below scores on more of the
+# held-out text, so the baseline it prints differs in the second decimal. Same kind of model, different text:
+# compare each run with its own baseline. On a GPU these small runs print slightly different losses, since
+# its kernels round differently; the full ablation below was run on a CPU, as its settings line prints.)
 
 # %%
 from tfm_lesson.data.corpus import load_corpus
@@ -790,13 +812,14 @@ widgets.Explorer("rope_explorer", {"theta": theta_slider, "d_k": d_k_slider}, re
 # ## Exercises
 #
 # ### Exercise 1: RMSNorm as a module
-# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
+# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
 #
-# Write `MyRMSNorm(d_model, eps=1e-5)`, an `nn.Module` with one parameter, `weight` (ones, shape
+# A short one, to fix section 2 in memory: try it without scrolling back. Write `MyRMSNorm(d_model, eps=1e-5)`, an `nn.Module` with one parameter, `weight` (ones, shape
 # `(d_model,)`), computing $\text{weight} \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$ over the last axis.
 # The checker compares it with `torch.nn.RMSNorm` on tiny and ordinary activations, and names the classic
 # mistakes: subtracting the mean, $\epsilon$ outside the root, the sum instead of the mean, the standard
-# deviation, a forgotten gain, a shift that should not be there.
+# deviation (or `sqrt(x.var() + eps)`), a fixed $\epsilon$ instead of the constructor's, a mean without
+# `keepdim=True`, a forgotten gain, a shift that should not be there.
 
 # %%
 class MyRMSNorm(nn.Module):
@@ -831,8 +854,12 @@ check_rms_norm(MyRMSNorm)
 # Write `my_rope(x, offset, base)` for `x` of shape `(batch, heads, seq_len, d_k)`: rotate the vector at
 # sequence index `t` by position `offset + t`, with $\theta_i = \text{base}^{-2i/d_k}$, in the **halves**
 # convention of `transformers` (pair $i$ is features $i$ and $i + d_k/2$). No loops: build the angles as an
-# outer product of positions and frequencies, then `x * cos + rotate_half(x) * sin`. The checker tries
-# offsets up to 40 and bases from 100 to $10^6$ and names: the interleaved convention, a forgotten offset
+# outer product of positions and frequencies, then `x * cos + rotate_half(x) * sin`, where `cos` and `sin` have
+# shape `(seq_len, d_k)` with angle $(\text{offset} + t)\,\theta_i$ written at both features $i$ and $i + d_k/2$,
+# and `rotate_half(x)` is `torch.cat([-x2, x1], dim=-1)` for the halves `x1 = x[..., :d_k // 2]` and
+# `x2 = x[..., d_k // 2:]` (define it yourself; it is not imported here). The checker tries
+# offsets up to 40 and bases from 100 to $10^6$ and names: the interleaved convention, the two conventions
+# mixed (halves pairs with an interleaved angle layout, or the reverse), a forgotten offset
 # (every cached token would sit at position 0), a rotation the wrong way round, wrong frequencies, a base
 # fixed at 10,000.
 
@@ -857,8 +884,9 @@ check_rotary(my_rope)
 
 # %% [markdown]
 # ### Exercise 3: SwiGLU
-# **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~10 min
+# **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~5 min
 #
+# Another short one, on section 4: write it from the formula, without scrolling back to the module built there.
 # Write `MySwiGLU(d_model, hidden)` with three bias-free linear layers named `w_gate`, `w_up`
 # (`d_model -> hidden`) and `w_down` (`hidden -> d_model`), computing
 # $w_{down}(\mathrm{SiLU}(w_{gate}(x)) \odot w_{up}(x))$. Use `F.silu`, or write `g * torch.sigmoid(g)` for

@@ -35,7 +35,7 @@ def _rms_suspects(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor]:
     ms = x.pow(2).mean(-1, keepdim=True)
     mean = x.mean(-1, keepdim=True)
     centred = x - mean
-    return {
+    suspects = {
         "your output matches a layer norm: the MEAN IS SUBTRACTED. RMSNorm only rescales, x / sqrt(mean(x**2) + eps) "
         "* weight; it never centres x (that is the point: one reduction fewer, and the mean is kept).":
             centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight,
@@ -55,6 +55,16 @@ def _rms_suspects(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor]:
         "your output divides by the standard deviation (torch.std): RMSNorm divides by the root mean square, "
         "sqrt(mean(x**2) + eps), which keeps the mean in.":
             x / (x.std(-1, keepdim=True) + eps) * weight,
+        "your output divides by sqrt(x.var() + eps): the variance subtracts the mean inside (it is the standard "
+        "deviation again). RMSNorm divides by sqrt(mean(x**2) + eps), the root mean square, which keeps the mean in.":
+            x / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight,
+        "your output divides by sqrt(x.var(unbiased=False) + eps): the variance subtracts the mean inside (it is the "
+        "standard deviation). RMSNorm divides by sqrt(mean(x**2) + eps), the root mean square, which keeps the "
+        "mean in.":
+            x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * weight,
+        "your output divides by the standard deviation (x.std(unbiased=False)): RMSNorm divides by the root mean "
+        "square, sqrt(mean(x**2) + eps), which keeps the mean in.":
+            x / (x.std(-1, keepdim=True, unbiased=False) + eps) * weight,
         "your output ignores the gain: multiply the normalised x by self.weight.":
             x / torch.sqrt(ms + eps),
         "your output adds eps after normalising, x / sqrt(mean(x**2)) + eps: eps goes inside the square root.":
@@ -63,6 +73,27 @@ def _rms_suspects(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor]:
         "features, the last axis: dim=-1.":
             x / torch.sqrt(x.pow(2).mean(1, keepdim=True) + eps) * weight,
     }
+    for fixed in (1e-5, 1e-6, 1e-8, 1e-12):  # an eps written into forward instead of the constructor's
+        if not math.isclose(fixed, eps):
+            suspects[f"your output uses eps = {fixed:g}, not the eps={eps:g} your RMSNorm was built with: a fixed "
+                     "number in forward. Store the argument in __init__ (self.eps = eps) and use self.eps."] = \
+                x / torch.sqrt(ms + fixed) * weight
+    if x.dim() >= 2 and x.size(-2) == x.size(-1):  # mean without keepdim broadcasts silently when seq_len == d_model
+        suspects[_NO_KEEPDIM] = x / torch.sqrt(x.pow(2).mean(-1)[..., None, :] + eps) * weight
+    return suspects
+
+
+_NO_KEEPDIM = ("your mean of squares lost its last axis (no keepdim=True), so the division broadcast it along the "
+               "wrong axis: x.pow(2).mean(-1, keepdim=True) keeps shape (..., 1), one value per position.")
+
+
+def _explain_rms_error(exc: Exception) -> str | None:
+    """A broadcasting error in the learner's RMSNorm is almost always a reduction without keepdim=True."""
+    if isinstance(exc, RuntimeError) and "must match the size of tensor" in str(exc):
+        return ("Most likely your mean of squares lost its last axis: x.pow(2).mean(-1) has shape (batch, seq_len) "
+                "and cannot divide x (batch, seq_len, d_model). Use x.pow(2).mean(-1, keepdim=True), shape "
+                "(batch, seq_len, 1).")
+    return None
 
 
 def check_rms_norm(cls: type, trials: int = 4, seed: int = 0) -> None:
@@ -92,18 +123,29 @@ def check_rms_norm(cls: type, trials: int = 4, seed: int = 0) -> None:
         with torch.no_grad():
             module.weight.copy_(torch.rand(d_model, dtype=dtype) + 0.5)
         x = make(batch, seq_len, d_model).to(dtype)  # (batch, seq_len, d_model)
-        got = output_of(call(module, x, what="your RMSNorm's forward"))
+        got = output_of(call(module, x, what="your RMSNorm's forward", explain=_explain_rms_error))
         expect(got.shape == x.shape, f"your RMSNorm changed the shape {tuple(x.shape)} -> {tuple(got.shape)}.")
         w = module.weight.detach()
         diagnose(got.detach(), rms_norm(x, w, EPS), _rms_suspects(x, w, EPS),
                  f"on {what} (shape {tuple(x.shape)}, {dtype}) your output differs from weight * x / sqrt(mean(x**2) "
                  "+ eps) over the last axis", atol=1e-5 if dtype == torch.float32 else 1e-9)
+    # the eps given to the constructor must be the one used: a larger one, on activations small enough to show it
+    big_eps = 1e-2
+    module = call(cls, 6, eps=big_eps, what=f"{name}(6, eps={big_eps:g})").double()
+    x = torch.randn(2, 4, 6, dtype=torch.float64) * 1e-2 + 1e-2  # (batch, seq_len, d_model)
+    got = output_of(call(module, x, what="your RMSNorm's forward", explain=_explain_rms_error))
+    w = module.weight.detach()
+    diagnose(got.detach(), rms_norm(x, w, big_eps), _rms_suspects(x, w, big_eps),
+             f"built with eps={big_eps:g}, on activations of about 1e-2, your output differs from weight * x / "
+             f"sqrt(mean(x**2) + eps) with that eps", atol=1e-9)
     x = torch.randn(2, 3, 4, 8)
-    got = output_of(call(call(cls, 8, eps=EPS, what=f"{name}(8, eps=1e-5)"), x, what="your RMSNorm on a 4-D input"))
+    got = output_of(call(call(cls, 8, eps=EPS, what=f"{name}(8, eps=1e-5)"), x, what="your RMSNorm on a 4-D input",
+                         explain=_explain_rms_error))
     diagnose(got.detach(), rms_norm(x, torch.ones(8), EPS), {}, "on a 4-D input your RMSNorm differs from "
              "x / sqrt(mean(x**2) + eps): normalise over dim=-1 so that any leading shape works")
-    passed("check_rms_norm", f"matches RMSNorm (as torch.nn.RMSNorm computes it) on {len(cases) + 1} inputs (tiny scales, non-zero means, "
-                             "float32 and float64, 3-D and 4-D): no mean subtracted, eps inside the root")
+    passed("check_rms_norm", f"matches RMSNorm (as torch.nn.RMSNorm computes it) on {len(cases) + 2} inputs "
+                             "(tiny scales, non-zero means, float32 and float64, 3-D and 4-D, another eps): no mean "
+                             "subtracted, eps inside the root")
 
 
 # rotary embeddings -----------------------------------------------------------------------------------------------------
@@ -127,6 +169,15 @@ def _rope_suspects(x: Tensor, offset: int, base: float, interleaved: bool) -> di
             _rope(x, 0, base, interleaved),
         f"your output ignores the offset AND uses the {other}; the positions must start at offset={offset}.":
             _rope(x, 0, base, not interleaved),
+        "your output mixes the two conventions: it rotates HALVES (rotate_half, pairs x[i] and x[i + d_k/2]) but lays "
+        "the angles out INTERLEAVED (each angle twice in a row, repeat_interleave), so a pair's two features turn "
+        "by different angles. With rotate_half, angle i sits at features i and i + d_k/2: "
+        "torch.cat([angles, angles], dim=-1).":
+            _rope_mixed(x, offset, base, pairs_interleaved=False),
+        "your output mixes the two conventions: it rotates INTERLEAVED pairs (x[2i], x[2i+1]) but lays the angles "
+        "out as HALVES (torch.cat([angles, angles])), so a pair's two features turn by different angles. With "
+        "interleaved pairs, angle i sits at features 2i and 2i+1: angles.repeat_interleave(2, dim=-1).":
+            _rope_mixed(x, offset, base, pairs_interleaved=True),
         "your output rotates the wrong way round: x * cos - rotate(x) * sin. A pair (a, b) turns to "
         "(a cos - b sin, b cos + a sin): x * cos + rotate(x) * sin with rotate_half(x) = (-x2, x1).":
             _rope_reverse(x, offset, base, interleaved),
@@ -142,6 +193,12 @@ def _rope_suspects(x: Tensor, offset: int, base: float, interleaved: bool) -> di
         suspects[f"your output uses base 10,000 instead of base={base:g}: read rope_theta from the argument."] = \
             _rope(x, offset, 10000.0, interleaved)
     return suspects
+
+
+def _rope_mixed(x: Tensor, offset: int, base: float, pairs_interleaved: bool) -> Tensor:
+    """Pairs rotated in one convention with the cos/sin tables laid out for the other."""
+    cos, sin = rotary_cos_sin(torch.arange(offset, offset + x.size(-2)), x.size(-1), base, not pairs_interleaved)
+    return apply_rotary(x, cos, sin, pairs_interleaved)
 
 
 def _rope_reverse(x: Tensor, offset: int, base: float, interleaved: bool) -> Tensor:
@@ -246,13 +303,32 @@ def _tile(x: Tensor, groups: int) -> Tensor:
     return x.repeat(1, groups, 1, 1)
 
 
+def _same_with_nan(got: Tensor, buggy: Tensor, atol: float = 1e-5) -> bool:
+    """Whether ``got`` and ``buggy`` have NaN in the same places and agree everywhere else."""
+    nan = torch.isnan(got)
+    return bool(torch.equal(nan, torch.isnan(buggy))
+                and torch.allclose(got[~nan].float(), buggy[~nan].float(), atol=atol))
+
+
+def _diagnose_nan(got: Tensor, suspects: dict[str, Tensor]) -> None:
+    """For an output with NaN: name the suspect that has the same NaN and the same finite values, if one does."""
+    from ._harness import Mistake
+
+    got = got.detach().cpu()
+    if torch.isnan(got).any():
+        for hint, buggy in suspects.items():
+            if buggy.shape == got.shape and _same_with_nan(got, buggy.detach().cpu()):
+                raise Mistake("your output contains NaN: " + hint)
+
+
 def _gqa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str, Tensor]:
     heads, kv_heads, d_k = q.size(1), k.size(1), q.size(-1)
     return {
-        f"your output repeats the key/value heads in the WRONG ORDER: k.repeat(1, groups, 1, 1) tiles them (k0 k1 k0 "
-        f"k1 ...), so query head 1 meets key head 1. Query head h belongs to group h // groups and must meet key/value "
-        f"head h // (heads / kv_heads): use k.repeat_interleave(groups, dim=1) (k0 k0 k1 k1 ...), as transformers' "
-        f"repeat_kv and F.scaled_dot_product_attention(..., enable_gqa=True) do. (heads={heads}, kv_heads={kv_heads})":
+        f"your output repeats the key/value heads in the WRONG ORDER: k.repeat(1, group_size, 1, 1) tiles them (k0 k1 "
+        f"k0 k1 ...), so query head 1 meets key head 1. With group_size = heads // kv_heads = {heads // kv_heads} "
+        f"query heads per key/value head, query head h must meet key/value head h // group_size: use "
+        f"k.repeat_interleave(group_size, dim=1) (k0 k0 k1 k1 ...), as transformers' repeat_kv and "
+        f"F.scaled_dot_product_attention(..., enable_gqa=True) do. (heads={heads}, kv_heads={kv_heads})":
             _gqa(q, k, v, mask, _tile),
         "your output matches the wrong head order AND no causal mask: repeat_interleave the key/value heads, and "
         "apply the mask (True = may attend).":
@@ -260,8 +336,11 @@ def _gqa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str, Te
         "your output ignores the mask: fill the scores where the mask is False with -inf before the softmax.":
             _gqa(q, k, v, None, repeat_kv),
         "your output inverts the mask: True means MAY attend (as in F.scaled_dot_product_attention); block where it "
-        "is False: scores.masked_fill(~mask, -inf).":
+        "is False: scores.masked_fill(~mask, -inf). (The last query then sees no key at all, hence the NaN.)":
             _gqa(q, k, v, ~mask, repeat_kv),
+        "your output inverts the mask (True means MAY attend: block with scores.masked_fill(~mask, -inf)) AND repeats "
+        "the key/value heads in the wrong order (use repeat_interleave, k0 k0 k1 k1 ..., not repeat).":
+            _gqa(q, k, v, ~mask, _tile),
         "your output is not scaled: divide the scores by sqrt(d_k) before the softmax.":
             _gqa(q, k, v, mask, repeat_kv, scale=1.0),
         f"your output scales the scores by 1/sqrt(d_model) = 1/sqrt(heads * d_k) = 1/sqrt({heads * d_k}); the scale "
@@ -287,8 +366,10 @@ def check_grouped_query_attention(fn: Callable, trials: int = 3, seed: int = 0) 
         mask = torch.ones(length, length, dtype=torch.bool).tril()  # causal
         got = output_of(call(fn, q, k, v, mask, what=f"your grouped-query attention (heads={heads}, kv_heads={kv_heads})"))
         expected = _gqa(q, k, v, mask, repeat_kv)
-        diagnose(got.detach(), expected, _gqa_suspects(q, k, v, mask) if kv_heads > 1 else
-                 {h: s for h, s in _gqa_suspects(q, k, v, mask).items() if "ORDER" not in h and "order" not in h},
+        suspects = _gqa_suspects(q, k, v, mask) if kv_heads > 1 else \
+            {h: s for h, s in _gqa_suspects(q, k, v, mask).items() if "ORDER" not in h and "order" not in h}
+        _diagnose_nan(got, suspects)
+        diagnose(got.detach(), expected, suspects,
                  f"with heads={heads}, kv_heads={kv_heads}, q {tuple(q.shape)}, k {tuple(k.shape)}: your output differs "
                  "from F.scaled_dot_product_attention(..., enable_gqa=True)")
     passed("check_grouped_query_attention", f"equal to F.scaled_dot_product_attention(..., enable_gqa=True) for "

@@ -35,8 +35,9 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="Removing any single head of a block costs at most a point or two, yet removing all of its heads "
-               "costs far more. What does that show?",
+        prompt="In the chapter, none of the four heads of the second decoder self-attention block is among the most "
+               "harmful to remove on its own, yet removing all four together costs almost every point. What does "
+               "that show?",
         options=[
             "That the block does nothing important.",
             "That the heads back each other up: each alone is redundant, the block as a whole is not.",
