@@ -33,10 +33,10 @@ from torch import Tensor, nn
 
 from ._io import atomic_open
 from .data.corpus import Corpus, load_corpus, random_windows
-from .device import default_device
+from .device import auto_threads, cpu_threads, default_device, threads_for
 from .gpt import GPT, GPTConfig
 from .tokenizer import BPETokenizer
-from .training import cpu_threads, make_optimizer
+from .training import make_optimizer
 
 __all__ = ["LMData", "prepare_lm_data", "lm_loss", "lm_rate", "train_lm", "perplexity", "unigram_perplexity",
            "complete", "save_lm", "load_lm", "LMCheckpoint", "main_lm", "LM_FORMAT", "LM_DEFAULTS"]
@@ -95,13 +95,6 @@ def lm_rate(progress: float, peak: float, warmup_fraction: float, final_fraction
     return peak * (final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * rest)))
 
 
-def _threads_for(model: nn.Module, device: torch.device):
-    """One CPU thread for a small model on the CPU (faster there, and far faster on a busy machine; see
-    :func:`tfm_lesson.training.cpu_threads`); otherwise torch's own choice."""
-    small = sum(p.numel() for p in model.parameters()) < 5_000_000
-    return cpu_threads(1 if device.type == "cpu" and small else None)
-
-
 @torch.no_grad()
 def _windows_loss(model: nn.Module, ids: Tensor, context: int, batch_size: int, device: torch.device,
                   max_tokens: int | None) -> tuple[float, int]:
@@ -132,7 +125,7 @@ def perplexity(model: nn.Module, ids: Tensor, context: int | None = None, batch_
     was_training = model.training
     model.eval()
     try:
-        with _threads_for(model, device):
+        with threads_for(model, device):
             total, count = _windows_loss(model, ids, context, batch_size, device, max_tokens)
     finally:
         model.train(was_training)
@@ -177,9 +170,7 @@ def train_lm(model: GPT, data: LMData, steps: int | None = None, minutes: float 
     if context > model.config.context:
         raise ValueError(f"context={context} is longer than the model's context of {model.config.context}")
     device = torch.device(device) if device is not None else default_device()
-    if threads == "auto":
-        small = sum(p.numel() for p in model.parameters()) < 5_000_000
-        threads = 1 if device.type == "cpu" and small else None
+    threads = auto_threads(model, device, threads)
     model.to(device).train()
     generator = torch.Generator().manual_seed(seed)
     optimizer = make_optimizer(model, lr=lr, weight_decay=weight_decay)
@@ -239,7 +230,7 @@ def complete(model: GPT, tokenizer: BPETokenizer, prompt: str = "", max_new_toke
     if seed is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
     idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, prompt_len)
-    with _threads_for(model, device):
+    with threads_for(model, device):
         out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                              use_cache=use_cache, generator=generator)
     return tokenizer.decode(out[0, len(ids):].tolist())

@@ -139,7 +139,7 @@ def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
     given = {k: v for k, v in vars(args).items() if v is not None}
     saved: dict = {}
     if args.resume is not None:
-        from .training import read_checkpoint
+        from .checkpoint import read_checkpoint
 
         if args.resume.is_dir():  # a run's folder: its checkpoint
             args.resume = args.resume / "model.pt"
@@ -205,7 +205,7 @@ def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
 
 def check_device(value: str | None, p: argparse.ArgumentParser) -> torch.device | None:
     """The device asked for, if this machine has it (and, under torchrun, one GPU per process)."""
-    from .training import distributed_info, distributed_plan, parse_device
+    from .device import distributed_info, distributed_plan, parse_device
 
     if value is None:
         return None
