@@ -92,7 +92,10 @@ def test_generate_rejects_a_missing_or_foreign_checkpoint(tmp_path):
     (["--vocab-size", "100"], "--vocab-size must be at least 256"), (["--context", "1"], "--context must be"),
     (["--heads", "3"], "divisible by --heads"), (["--steps", "0"], "--steps must be >= 1"),
     (["--device", "nonsense"], "--device"), (["--warmup", "-1"], "--warmup must be >= 0"),
-    (["--resume", "x.pt"], "--resume is for translation runs")])
+    (["--resume", "x.pt"], "--resume: no checkpoint at"), (["--smoothing", "0.2"], "--smoothing: only for translation"),
+    (["--beam", "2"], "--beam: only for translation"), (["--tokenizer", "chars"], "--tokenizer: only for translation"),
+    (["--max-len", "1"], "--max-len: only for translation"), (["--threads", "0"], "--threads must be >= 1"),
+    (["--eval-every", "-1"], "--eval-every must be >= 1"), (["--peak-lr", "nan"], "--peak-lr must be a finite")])
 def test_train_lm_usage_errors(tmp_path, flags, words, capsys):
     from tfm_lesson.train import main
 

@@ -77,13 +77,14 @@ def check_extra(extra: dict, where: str = "extra") -> None:
     _round_trip(extra)
 
 
-def _cpu(value):
+def to_cpu(value):
+    """Tensors (also inside dicts, lists and tuples) detached and moved to the CPU; other values as they are."""
     if isinstance(value, Tensor):
         return value.detach().cpu()
     if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
+        return {k: to_cpu(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
+        return type(value)(to_cpu(v) for v in value)
     return value
 
 
@@ -132,7 +133,7 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vo
     extra = dict(extra or {})
     check_extra(extra)
     if training is not None:
-        training = _cpu(training)
+        training = to_cpu(training)
         check_plain(training, "training")
     state, tied = _dedupe_tied(model.state_dict())
     payload = {"format": "tfm_lesson/1", "config": model.config.to_dict(), "state_dict": state, "tied": tied,
