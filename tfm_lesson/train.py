@@ -34,6 +34,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from ._io import inside_package
+
 TASKS = ("copy", "reverse", "sort", "numbers", "sentences")
 
 # The settings each task starts from: those its chapter trains with (chapter 10: reverse and numbers, chapter 11:
@@ -296,6 +298,9 @@ def check_device(value: str | None, p: argparse.ArgumentParser) -> torch.device 
 def check_out(out: Path, resume: Path | None, overwrite: bool, p: argparse.ArgumentParser,
               file_name: str = "model.pt") -> Path:
     """OUT/``file_name``, once sure it can be written and replaces no run unasked."""
+    if inside_package(out):
+        p.error(f"--out {out} is inside the tfm_lesson package, whose files are shipped: write elsewhere "
+                "(e.g. runs/)")
     if out.exists() and not out.is_dir():
         p.error(f"--out {out} is a file; --out names a folder (the run is saved as {out}/{file_name})")
     target = out / file_name
