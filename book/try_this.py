@@ -79,7 +79,8 @@ def chapter_10_leak() -> None:
     import torch.nn.functional as F
 
     from tfm_lesson.data import batches
-    from tfm_lesson.training import compare_to_reference, noam_rate
+    from tfm_lesson.reference import compare_to_reference
+    from tfm_lesson.training import noam_rate
 
     data = load_task("reverse", seed=0)
     model = toy_model(data)

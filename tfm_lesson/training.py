@@ -446,5 +446,3 @@ class _TranslationRun(GuardedRun):
                  "seconds": seconds, "rng": rng_state(), "settings": self.settings, "data": self.fingerprint}
         extra = {**self.s.checkpoint_extra, "steps": step, "seconds": seconds}
         save_checkpoint(self.path, self.model, self.data.src_vocab, self.data.tgt_vocab, extra=extra, training=state)
-
-from .reference import compare_to_reference  # noqa: E402,F401  (re-exported here: "is my run normal?")

@@ -59,8 +59,8 @@ from tfm_lesson.checks import (check_greedy_decode, check_label_smoothing_loss, 
                                check_shift_targets, check_train_step, yours_or_reference)
 from tfm_lesson.data import batches, encode_batch, load_task
 from tfm_lesson.decoding import greedy_decode, translate
-from tfm_lesson.training import (LabelSmoothingLoss, compare_to_reference, cpu_threads, evaluate, make_model,
-                                 train)
+from tfm_lesson.reference import compare_to_reference
+from tfm_lesson.training import LabelSmoothingLoss, cpu_threads, evaluate, make_model, train
 
 T.seed_everything(0)
 device = T.default_device()

@@ -56,7 +56,8 @@ from tfm_lesson.decoding import beam_search, greedy_decode, length_penalty, sequ
 from tfm_lesson.checks import (check_beam_step, check_corpus_and_mean_bleu, check_length_normalised,
                                yours_or_reference)
 from tfm_lesson.metrics import bleu, chrf, exact_match
-from tfm_lesson.training import compare_to_reference, evaluate, make_model, train
+from tfm_lesson.reference import compare_to_reference
+from tfm_lesson.training import evaluate, make_model, train
 
 T.seed_everything(0)
 device = T.default_device()
