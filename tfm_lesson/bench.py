@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from .attention import MultiHeadAttention
 from .interop import to_torch
 from .masks import padding_mask
+from .recipes import RECIPES
 from .model import Transformer, TransformerConfig
 
 __all__ = ["interleaved", "machine_info", "matmul_peak", "training_flops", "bench_attention", "bench_step",
@@ -351,15 +352,11 @@ def bench_chapters(notebooks: list[Path], timeout: int = 600) -> list[dict]:
 # ----------------------------------------------------------------------------------------------- targets
 # The training issue's targets on a 2-core CPU, with the chapters' recipes (chapter 10 for reverse and numbers).
 TARGETS = {
-    "reverse": dict(metric="exact_match", goal=99.0, budget_s=60,
-                    model=dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0),
-                    train=dict(batch_size=128, warmup=100, peak_lr=3e-3), eval_every=50),
-    "numbers": dict(metric="exact_match", goal=99.0, budget_s=120,
-                    model=dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0),
-                    train=dict(batch_size=128, warmup=100, peak_lr=3e-3), eval_every=50),
-    "sentences": dict(metric="bleu", goal=70.0, budget_s=180,
-                      model=dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1),
-                      train=dict(batch_size=64, warmup=200, peak_lr=2e-3), eval_every=100),
+    task: dict(metric=metric, goal=goal, budget_s=budget, model=dict(RECIPES[task]["model"]),
+               train={k: v for k, v in RECIPES[task]["train"].items() if k != "steps"}, eval_every=every)
+    for task, metric, goal, budget, every in (("reverse", "exact_match", 99.0, 60, 50),
+                                              ("numbers", "exact_match", 99.0, 120, 50),
+                                              ("sentences", "bleu", 70.0, 180, 100))
 }
 
 

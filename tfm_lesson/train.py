@@ -35,27 +35,13 @@ from typing import Callable, Sequence
 import torch
 
 from ._io import inside_package
+from .recipes import RECIPES as _RECIPES
 
 TASKS = ("copy", "reverse", "sort", "numbers", "sentences")
 
-# The settings each task starts from: those its chapter trains with (chapter 10: reverse and numbers, chapter 11:
-# sentences; README quotes what they reached). copy and sort take reverse's, "tsv" (--tsv files) takes
-# sentences' with 1000 steps. "steps" applies when neither --steps nor --minutes is given.
-_TOY = dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0, batch_size=128, warmup=100, peak_lr=3e-3,
-            steps=600, beam=1)
-RECIPES: dict[str, dict] = {
-    "copy": dict(_TOY),
-    "reverse": dict(_TOY),
-    "sort": dict(_TOY),
-    "numbers": dict(_TOY, steps=250),
-    "sentences": dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1, batch_size=64, warmup=200,
-                      peak_lr=2e-3, steps=500, beam=4),
-    "tsv": dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1, batch_size=64, warmup=200, peak_lr=2e-3,
-                steps=1000, beam=4),
-}
-# A GPT language model (--task lm, --text FILE): chapter 14's model size; "warmup": None means 5% of the steps.
-RECIPES["lm"] = dict(vocab_size=512, context=64, d_model=64, heads=4, layers=2, d_ff=256, dropout=0.0, batch_size=32,
-                     peak_lr=3e-3, steps=1000)
+# The settings each task starts from: tfm_lesson.recipes, flattened (the model's and the run's settings side by
+# side). "steps" applies when neither --steps nor --minutes is given.
+RECIPES: dict[str, dict] = {name: {**r["model"], **r["train"], "beam": r["beam"]} for name, r in _RECIPES.items()}
 LM_FALLBACKS = dict(seed=0, clip=1.0, warmup=None)
 RECIPE_KEYS = ("d_model", "heads", "layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "beam")
 # What defines a run: a resumed run keeps these (a different value on the command line is refused).

@@ -11,10 +11,8 @@ Long runs lose nothing: ``train(..., checkpoint="runs/x/model.pt", save_every=20
 (weights, optimiser, schedule, data position, random state) atomically as it goes and when stopped with
 Ctrl-C or SIGTERM; ``train(..., resume="runs/x/model.pt")`` continues it exactly; a loss that turns NaN or
 infinite stops the run with :class:`TrainingDiverged` and never overwrites a good checkpoint (the contract of
-:mod:`tfm_lesson.runstate`, which the language-model trainer keeps too).
-
-The rest lives beside this module: checkpoints in :mod:`tfm_lesson.checkpoint`, devices, threads, mixed
-precision and DDP in :mod:`tfm_lesson.device`; both are re-exported here, where the chapters import them.
+:mod:`tfm_lesson.runstate`, which the language-model trainer keeps too). Checkpoints live in
+:mod:`tfm_lesson.checkpoint`, devices, threads, AMP and DDP in :mod:`tfm_lesson.device` (re-exported here).
 """
 from __future__ import annotations
 
@@ -128,10 +126,13 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, d_model: int, warmup: int 
 
 
 def make_optimizer(model: nn.Module, lr: float = 1.0, betas: tuple[float, float] = (0.9, 0.98),
-                   eps: float = 1e-9, weight_decay: float = 0.0) -> torch.optim.Adam:
-    """Adam with the paper's ``beta1 = 0.9, beta2 = 0.98, eps = 1e-9`` (section 5.3). ``lr=1.0`` because
-    :func:`warmup_schedule` supplies the actual rate."""
-    return torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+                   eps: float = 1e-9, weight_decay: float = 0.0, fused: bool | None = None) -> torch.optim.Adam:
+    """Adam with the paper's ``beta1 = 0.9, beta2 = 0.98, eps = 1e-9`` (section 5.3); ``lr=1.0`` because
+    :func:`warmup_schedule` supplies the rate. ``fused`` (PyTorch's one-kernel update): ``None`` = on CUDA only."""
+    params = list(model.parameters())
+    if fused is None:
+        fused = bool(params) and all(p.is_cuda and p.is_floating_point() for p in params)
+    return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused or None)
 
 
 def make_model(src_vocab, tgt_vocab, d_model: int = 64, heads: int = 4, layers: int = 2, d_ff: int = 256,
