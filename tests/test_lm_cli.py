@@ -43,6 +43,7 @@ def own_text_run(tmp_path_factory):
     return root, proc
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_train_on_your_own_text(own_text_run):
     root, proc = own_text_run
     assert proc.returncode == 0, proc.stderr
@@ -54,6 +55,7 @@ def test_train_on_your_own_text(own_text_run):
     assert "sample after training" in proc.stdout
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_generate_continues_the_prompt(own_text_run):
     root, _ = own_text_run
     args = ("tfm_lesson.generate", str(root / "out" / "lm.pt"), "the small", "--max-new-tokens", "12")
@@ -65,6 +67,7 @@ def test_generate_continues_the_prompt(own_text_run):
     assert greedy.returncode == 0 and greedy.stdout == run(*args, "--temperature", "0", "--no-cache").stdout
 
 
+@pytest.mark.slow  # its fixture starts a training subprocess
 @pytest.mark.parametrize("flags, words", [
     (["--top-p", "0"], "--top-p must be in (0, 1]"), (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
     (["--top-k", "0"], "--top-k must be >= 1"), (["--temperature", "-1"], "--temperature must be"),
@@ -116,6 +119,7 @@ def test_train_text_errors(tmp_path, capsys):
     assert code == 2 and "not allowed with" in err
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_train_task_lm_on_the_shipped_corpus(tmp_path):
     proc = run("tfm_lesson.train", "--task", "lm", "--steps", "20", "--out", str(tmp_path), *TINY)
     assert proc.returncode == 0, proc.stderr
@@ -124,6 +128,7 @@ def test_train_task_lm_on_the_shipped_corpus(tmp_path):
     assert (tmp_path / "lm.pt").is_file()
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_an_existing_run_is_kept_unless_overwrite(own_text_run, capsys):
     from tfm_lesson.train import main
 
