@@ -23,7 +23,7 @@ DEFAULT_OUTPUTS = {
     "train": lambda: [train.DEFAULT_OUT, train.LM_OUT],
     "ablation": lambda: [ablation.DEFAULT_OUT],
     "reference": lambda: [reference.default_out(task) for task in reference.RECIPES],
-    "bench": lambda: [], "course": lambda: [], "quiz": lambda: [], "translate": lambda: [], "generate": lambda: [],
+    "course": lambda: [], "quiz": lambda: [], "translate": lambda: [], "generate": lambda: [],
 }
 
 

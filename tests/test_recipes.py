@@ -6,13 +6,18 @@ import re
 
 import pytest
 
+import sys
+
 from conftest import ROOT
-from tfm_lesson import bench, reference, train
+from tfm_lesson import reference, train
+
+sys.path.insert(0, str(ROOT / "tools"))
+import bench  # noqa: E402  (tools/bench.py)
 from tfm_lesson.recipes import RECIPES, recipe
 
 PAIR = re.compile(r"""["']?\b([a-z_]+)["']?\s*[=:]\s*([0-9][0-9.e+-]*)\b""")
 READERS = sorted(p for p in (ROOT / "tfm_lesson").rglob("*.py") if p.name != "recipes.py") + sorted(
-    (ROOT / "notebooks" / "py").glob("1[01]_*.py"))
+    (ROOT / "notebooks" / "py").glob("1[01]_*.py")) + [ROOT / "tools" / "bench.py"]
 
 
 def _number(text: str):

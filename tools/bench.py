@@ -1,8 +1,9 @@
 """Benchmarks: tfm_lesson side by side with torch.nn, in one run, so the ratios hold on a noisy machine.
+Repository tooling (it runs the chapters of a checkout), so it lives in tools/, outside the learner's package.
 
-    python -m tfm_lesson.bench                       # everything (minutes to tens of minutes on a laptop CPU)
-    python -m tfm_lesson.bench --quick --out /tmp/b  # a smoke test: under a minute
-    python -m tfm_lesson.bench --sections attention,step --device cuda   # on a GPU: bf16 autocast
+    python tools/bench.py                       # everything (minutes to tens of minutes on a laptop CPU)
+    python tools/bench.py --quick --out /tmp/b  # a smoke test: under a minute
+    python tools/bench.py --sections attention,step --device cuda   # on a GPU: bf16 autocast
 
 Writes ``bench.md`` (Markdown tables) and ``bench.json`` (every figure, plus the machine) into ``--out``.
 
@@ -45,17 +46,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .interop import to_torch
-from .masks import padding_mask
-from .recipes import RECIPES
-from .model import Transformer, TransformerConfig
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: its notebooks/ and, for a script run, its package
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tfm_lesson.attention import MultiHeadAttention  # noqa: E402
+from tfm_lesson.interop import to_torch  # noqa: E402
+from tfm_lesson.masks import padding_mask  # noqa: E402
+from tfm_lesson.recipes import RECIPES  # noqa: E402
+from tfm_lesson.model import Transformer, TransformerConfig  # noqa: E402
 
 __all__ = ["interleaved", "machine_info", "matmul_peak", "training_flops", "bench_attention", "bench_step",
            "bench_chapters", "bench_targets", "generation_step_times", "bench_generation", "write_report", "main"]
 
 SECTIONS = ("attention", "step", "chapters", "targets", "generation")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # ------------------------------------------------------------------------------------------------ timing
@@ -368,8 +372,8 @@ def bench_targets(device: torch.device, tasks: list[str] | None = None, slack: f
     """Train each task until its validation metric reaches the goal (checked every ``eval_every`` steps on 200
     valid pairs, greedy) or ``slack`` x its budget has passed. Time counts the whole ``train`` call, the
     periodic validation included (so it overstates pure training time a little)."""
-    from .data import load_task
-    from .training import evaluate, make_model, train
+    from tfm_lesson.data import load_task
+    from tfm_lesson.training import evaluate, make_model, train
 
     rows = []
     for task in tasks or list(TARGETS):
@@ -441,7 +445,7 @@ def bench_generation(device: torch.device, quick: bool = False, repeats: int | N
     4 layers, d_model 256, 8 heads (quick: 2 layers, d_model 64). Runs alternate (cached, uncached, cached, ...);
     each position's time is the median over ``repeats`` runs; tokens/s at N new tokens is N over the summed
     medians of the first N positions."""
-    from .gpt import GPT, GPTConfig
+    from tfm_lesson.gpt import GPT, GPTConfig
 
     new_tokens = 64 if quick else 512
     repeats = repeats or (1 if quick else 3)
@@ -517,7 +521,7 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
                          f"{fps[o] / 1e9:.1f} | {fps[n] / 1e9:.1f} | {r['matmul_flop_per_s'] / 1e9:.1f} | "
                          f"{_f(frac.get(o), '{:.0%}')} | "
                          f"{_f(frac.get(n), '{:.0%}')} | {r['loss_gap']:.1e} |")
-        lines += ["", "FLOPs: matmul FLOPs counted analytically (`tfm_lesson.bench.training_flops`), "
+        lines += ["", "FLOPs: matmul FLOPs counted analytically (`tools/bench.py: training_flops`), "
                   "forward x 3 for forward + backward. % peak: achieved FLOP/s over the matmul rate measured "
                   "in the same interleaved turns (median).", ""]
     if "chapters" in result:
@@ -561,7 +565,7 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
 
 # ----------------------------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tfm_lesson.bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python tools/bench.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny repeat counts and a subset of shapes (< 1 min)")
     p.add_argument("--out", type=Path, default=Path("artifacts/bench"), help="directory for bench.md and bench.json")
