@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_int, check_probability, check_tokens
+from ._validate import check_positive_int, check_probability, check_tokens
 from .attention import MultiHeadAttention
 from .cache import KVCache, causal_mask_with_offset
 from .feedforward import PositionwiseFeedForward

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from ._checks import check_positive_int
+from ._validate import check_positive_int
 from .checkpoint import (Checkpoint, check_plain, load_checkpoint, load_run_state, read_checkpoint, save_checkpoint,
                          update_checkpoint_extra)
 from .data.batching import BatchStream, check_fits, data_fingerprint
