@@ -23,8 +23,8 @@ from .model import Transformer, TransformerConfig
 from .runstate import check_same_settings
 
 __all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "read_checkpoint", "update_checkpoint_extra",
-           "check_plain", "check_extra", "full_state_dict",
-           "load_run_state"]
+           "check_plain", "check_extra", "checked_parts", "atomic_save", "full_state_dict",
+           "load_run_state", "run_state"]
 
 
 class Checkpoint(NamedTuple):
@@ -77,6 +77,19 @@ def check_extra(extra: dict, where: str = "extra") -> None:
     _round_trip(extra)
 
 
+def checked_parts(extra: dict | None, training: dict | None) -> tuple[dict, dict | None]:
+    """``extra`` and ``training`` as a save writes them (a copy of ``extra``; ``training``'s tensors on the CPU),
+    once sure the loader will read them back: a ``TypeError`` names the first entry it would refuse."""
+    if extra is not None and not isinstance(extra, dict):
+        raise TypeError(f"extra must be a dict of plain values or None, got {type(extra).__name__}")
+    extra = dict(extra or {})
+    check_extra(extra)
+    if training is not None:
+        training = to_cpu(training)
+        check_plain(training, "training")
+    return extra, training
+
+
 def to_cpu(value):
     """Tensors (also inside dicts, lists and tuples) detached and moved to the CPU; other values as they are."""
     if isinstance(value, Tensor):
@@ -108,7 +121,7 @@ def _dedupe_tied(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str,
     return kept, tied
 
 
-def _atomic_save(payload: dict, path: str | os.PathLike) -> None:
+def atomic_save(payload: dict, path: str | os.PathLike) -> None:
     """``torch.save`` through :func:`tfm_lesson._io.atomic_open`: the target is always either the old complete
     file or the new complete one, never half written."""
     with atomic_open(path, "wb") as fh:
@@ -128,19 +141,13 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vo
     model = getattr(model, "module", model)  # unwrap DistributedDataParallel
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a tfm_lesson.Transformer, got {type(model).__name__}")
-    if extra is not None and not isinstance(extra, dict):
-        raise TypeError(f"extra must be a dict of plain values or None, got {type(extra).__name__}")
-    extra = dict(extra or {})
-    check_extra(extra)
-    if training is not None:
-        training = to_cpu(training)
-        check_plain(training, "training")
+    extra, training = checked_parts(extra, training)
     state, tied = _dedupe_tied(model.state_dict())
     payload = {"format": "tfm_lesson/1", "config": model.config.to_dict(), "state_dict": state, "tied": tied,
                "src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "extra": extra}
     if training is not None:
         payload["training"] = training
-    _atomic_save(payload, path)
+    atomic_save(payload, path)
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict:
@@ -207,24 +214,34 @@ def update_checkpoint_extra(path: str | os.PathLike, **values) -> None:
     check_extra(values)
     payload = read_checkpoint(path)
     payload["extra"] = {**payload.get("extra", {}), **values}
-    _atomic_save(payload, path)
+    atomic_save(payload, path)
 
 
-def load_run_state(resume, model: nn.Module, settings: dict, fingerprint: str) -> dict:
-    """Load the weights of the run saved in ``resume`` into ``model``; return its training state."""
-    payload = read_checkpoint(resume)
+def run_state(payload: dict, resume, model: nn.Module, settings: dict, fingerprint: str, saver: str,
+              data: str, why: str) -> dict:
+    """The training state in a checkpoint's ``payload``, once sure ``model``, ``settings`` and the data
+    (``fingerprint``) are the saved run's; otherwise ``ValueError("resume: ...")`` saying what differs. ``saver``,
+    ``data`` and ``why`` are for the messages: what saves a plain model, what the data is, why it may differ."""
     saved = payload.get("training")
     if not isinstance(saved, dict):
-        raise ValueError(f"resume: {resume} holds a model but no training state (it was saved by save_checkpoint, "
-                         "not by train(checkpoint=...)), so it cannot be continued")
+        raise ValueError(f"resume: {resume} holds a model but no training state (it was saved by {saver}, not by a "
+                         "trainer's checkpoint=...), so it cannot be continued")
     if payload["config"] != model.config.to_dict():
         diff = {k: (v, payload["config"].get(k)) for k, v in model.config.to_dict().items()
                 if payload["config"].get(k) != v}
         raise ValueError(f"resume: the model's config differs from the run in {resume}: "
                          + ", ".join(f"{k}={a!r} here, {b!r} there" for k, (a, b) in diff.items()))
     if saved.get("data") != fingerprint:
-        raise ValueError(f"resume: the training pairs differ from those of the run in {resume} (the file, the "
-                         "task's settings or the seed changed); a run continues only on the same data")
+        raise ValueError(f"resume: {data} differ from those of the run in {resume} ({why}); a run continues only "
+                         "on the same data")
     check_same_settings(settings, saved["settings"], str(resume))
+    return saved
+
+
+def load_run_state(resume, model: nn.Module, settings: dict, fingerprint: str) -> dict:
+    """Load the weights of the run saved in ``resume`` into ``model``; return its training state."""
+    payload = read_checkpoint(resume)
+    saved = run_state(payload, resume, model, settings, fingerprint, "save_checkpoint", "the training pairs",
+                      "the file, the task's settings or the seed changed")
     model.load_state_dict(full_state_dict(payload))
     return saved

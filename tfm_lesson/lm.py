@@ -31,13 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._io import atomic_open
-from .checkpoint import check_extra, check_plain, to_cpu
+from .checkpoint import atomic_save, check_extra, checked_parts, run_state
 from .data.corpus import Corpus, load_corpus, random_windows
 from .device import auto_threads, cpu_threads, default_device, threads_for
 from .gpt import GPT, GPTConfig
-from .runstate import (GuardedRun, TrainingDiverged, TrainingInterrupted, check_same_settings, rng_state,
-                       set_rng_state)
+from .runstate import GuardedRun, TrainingDiverged, TrainingInterrupted, rng_state, set_rng_state
 from .tokenizer import BPETokenizer
 from .training import make_optimizer
 
@@ -291,16 +289,8 @@ def lm_fingerprint(data: LMData) -> str:
 def _lm_run_state(resume, model: GPT, data: LMData, settings: dict, fingerprint: str) -> dict:
     """Load the weights of the language-model run saved in ``resume`` into ``model``; return its state."""
     payload = read_lm(resume)
-    saved = payload.get("training")
-    if not isinstance(saved, dict):
-        raise ValueError(f"resume: {resume} holds a model but no training state (it was saved by save_lm, not by "
-                         "train_lm(checkpoint=...)), so it cannot be continued")
-    if payload["config"] != model.config.to_dict():
-        raise ValueError(f"resume: the model's config differs from the run in {resume}")
-    if saved.get("data") != fingerprint:
-        raise ValueError(f"resume: the training text or its tokenizer differs from the run in {resume}; a run "
-                         "continues only on the same data")
-    check_same_settings(settings, saved["settings"], str(resume))
+    saved = run_state(payload, resume, model, settings, fingerprint, "save_lm", "the training tokens",
+                      "the text or its tokenizer changed")
     model.load_state_dict(payload["state_dict"])
     return saved
 
@@ -341,21 +331,14 @@ def save_lm(path: str | os.PathLike, model: GPT, tokenizer: BPETokenizer, extra:
         raise TypeError(f"model must be a tfm_lesson.GPT, got {type(model).__name__}")
     if not isinstance(tokenizer, BPETokenizer):
         raise TypeError(f"tokenizer must be a BPETokenizer, got {type(tokenizer).__name__}")
-    if extra is not None and not isinstance(extra, dict):
-        raise TypeError(f"extra must be a dict of plain values or None, got {type(extra).__name__}")
-    extra = dict(extra or {})
-    check_extra(extra)
+    extra, training = checked_parts(extra, training)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": LM_FORMAT, "config": model.config.to_dict(),
                "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
                "tokenizer": json.dumps(tokenizer.to_dict()), "extra": extra}
     if training is not None:
-        training = to_cpu(training)
-        check_plain(training, "training")
         payload["training"] = training
-    with atomic_open(path, "wb") as fh:
-        torch.save(payload, fh)
+    atomic_save(payload, path)
     return path
 
 
@@ -390,5 +373,4 @@ def update_lm_extra(path: str | os.PathLike, **values) -> None:
     check_extra(values)
     payload = read_lm(path)
     payload["extra"] = {**payload.get("extra", {}), **values}
-    with atomic_open(path, "wb") as fh:
-        torch.save(payload, fh)
+    atomic_save(payload, path)
