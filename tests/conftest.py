@@ -31,6 +31,16 @@ def passes(check, fn, capsys) -> None:
     assert f"✔ {check.__name__} passed" in capsys.readouterr().out
 
 
+def call_main(main, argv: list[str], capsys) -> tuple[int, str, str]:
+    """Run a command line's ``main(argv)`` in this process: (exit status, stdout, stderr)."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 

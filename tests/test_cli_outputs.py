@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tfm_lesson
+from conftest import call_main
 from tfm_lesson import ablation, reference, train
 from tfm_lesson._io import inside_package
 
@@ -65,11 +66,8 @@ def no_ablation_run(monkeypatch):
 
 
 def _exit(main, argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    code, _, err = call_main(main, argv, capsys)
+    return code, err
 
 
 @pytest.mark.parametrize("flags, words", [
@@ -110,7 +108,8 @@ def test_ablation_writes_where_it_is_told(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--seeds", "0", "0", "1"], "at least three distinct seeds"), (["--seeds", "-1", "0", "1"], "--seeds must be >= 0"),
+    (["--seeds", "0", "0", "1"], "at least three distinct seeds"),
+    (["--seeds", "-1", "0", "1"], "--seeds must be >= 0"),
     (["--device", "banana"], "--device"), (["--out", str(PACKAGE / "data" / "reference" / "reverse.json"),
                                             "--overwrite"], "inside the tfm_lesson package")])
 def test_reference_flags_are_checked_before_training(capsys, monkeypatch, flags, words):

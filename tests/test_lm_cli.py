@@ -11,21 +11,12 @@ import sys
 import pytest
 
 from conftest import ROOT
+from conftest import call_main as call  # in this process (fast; the subprocess tests check the real thing)
 
 TINY = ["--d-model", "32", "--heads", "4", "--layers", "1", "--d-ff", "64", "--batch-size", "8", "--context", "32",
         "--no-progress", "--threads", "1"]
 TEXT = "".join(f"the {a} {b} sat on the {c}.\n" for a in ("small", "big", "red") for b in ("cat", "dog", "hen")
                for c in ("mat", "log", "hat", "rug")) * 5
-
-
-def call(main, argv: list[str], capsys) -> tuple[int, str, str]:
-    """Run a command line's ``main`` in this process (fast; the subprocess tests check the real thing)."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def run(*args: str, cwd=None) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ import signal
 import pytest
 import torch
 
+from conftest import call_main
 from tfm_lesson.runstate import GuardedRun
 from tfm_lesson.train import main as train_main
 
@@ -35,12 +36,7 @@ def task(request, tmp_path):
 
 
 def call(argv, capsys):
-    try:
-        code = train_main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return call_main(train_main, argv, capsys)
 
 
 @pytest.fixture

@@ -65,7 +65,8 @@ def _recipe_table() -> str:
     rows.append("  (steps: when neither --steps nor --minutes is given; --minutes alone trains until the time is up;")
     rows.append("   copy and sort use reverse's settings, measured on reverse)")
     lm = RECIPES["lm"]
-    rows.append(f"  --task lm / --text: vocab-size {lm['vocab_size']}, context {lm['context']}, d_model {lm['d_model']}, "
+    rows.append(f"  --task lm / --text: vocab-size {lm['vocab_size']}, context {lm['context']}, "
+                f"d_model {lm['d_model']}, "
                 f"heads {lm['heads']}, layers {lm['layers']}, d_ff {lm['d_ff']}, batch {lm['batch_size']}, "
                 f"peak-lr {lm['peak_lr']:g}, steps {lm['steps']}")
     return "\n".join(rows)
