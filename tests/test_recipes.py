@@ -17,7 +17,7 @@ from tfm_lesson.recipes import RECIPES, recipe
 
 PAIR = re.compile(r"""["']?\b([a-z_]+)["']?\s*[=:]\s*([0-9][0-9.e+-]*)\b""")
 READERS = sorted(p for p in (ROOT / "tfm_lesson").rglob("*.py") if p.name != "recipes.py") + sorted(
-    (ROOT / "notebooks" / "py").glob("1[01]_*.py")) + [ROOT / "tools" / "bench.py"]
+    (ROOT / "notebooks" / "py").glob("1[01]_*.py")) + [ROOT / "tools" / "bench.py", ROOT / "book" / "try_this.py"]
 
 
 def _number(text: str):
