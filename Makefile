@@ -44,7 +44,7 @@ student: setup  ## student copies of every chapter (solutions removed) in studen
 	$(PY) -m tfm_lesson.course student --out student
 
 bench: setup  ## benchmarks against torch.nn (BENCHMARKS.md)
-	$(PY) -m tfm_lesson.bench
+	$(PY) tools/bench.py
 
 clean:
 	rm -rf $(VENV) book/_build book/notebooks book/_extra student artifacts

@@ -23,6 +23,7 @@ import torch
 import tfm_lesson as T
 from tfm_lesson.data import load_task
 from tfm_lesson.decoding import encode_texts, translate
+from tfm_lesson.recipes import RECIPES
 from tfm_lesson.training import evaluate, make_model, train
 
 
@@ -32,12 +33,12 @@ def report(chapter: str, prompt, **figures) -> None:
 
 def toy_model(data, **kw):
     T.seed_everything(0)
-    return make_model(data.src_vocab, data.tgt_vocab, d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0, **kw)
+    return make_model(data.src_vocab, data.tgt_vocab, **{**RECIPES["reverse"]["model"], **kw})
 
 
 # ---------------------------------------------------------------------------------------------------------
 # chapter 10: the reversal recipe (600 steps) and the numbers recipe (400 steps), as in the chapter
-RECIPE_10 = dict(batch_size=128, warmup=100, peak_lr=3e-3, device="cpu", progress=False)
+RECIPE_10 = dict({k: v for k, v in RECIPES["reverse"]["train"].items() if k != "steps"}, device="cpu", progress=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,7 +80,8 @@ def chapter_10_leak() -> None:
     import torch.nn.functional as F
 
     from tfm_lesson.data import batches
-    from tfm_lesson.training import compare_to_reference, noam_rate
+    from tfm_lesson.reference import compare_to_reference
+    from tfm_lesson.training import noam_rate
 
     data = load_task("reverse", seed=0)
     model = toy_model(data)
@@ -195,8 +197,8 @@ CHAPTER_10 = {"1": chapter_10_leak, "2": chapter_10_no_warmup, "3": chapter_10_s
 def sentences_run(steps: int = 500):
     data = load_task("sentences", seed=0)
     T.seed_everything(0)
-    model = make_model(data.src_vocab, data.tgt_vocab, d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1)
-    train(model, data, steps=steps, batch_size=64, warmup=200, peak_lr=2e-3, device="cpu", seed=0, progress=False)
+    model = make_model(data.src_vocab, data.tgt_vocab, **RECIPES["sentences"]["model"])
+    train(model, data, **dict(RECIPES["sentences"]["train"], steps=steps), device="cpu", seed=0, progress=False)
     return data, model
 
 

@@ -15,6 +15,32 @@ PARITY: dict[str, float] = defaultdict(float)
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def raises_mistake(check, fn, hint: str) -> None:
+    """``check(fn)`` must raise the checker's Mistake with ``hint`` in its message."""
+    import re
+
+    from tfm_lesson.checks import Mistake
+
+    with pytest.raises(Mistake, match=re.escape(hint)):
+        check(fn)
+
+
+def passes(check, fn, capsys) -> None:
+    """``check(fn)`` must pass and say so."""
+    check(fn)
+    assert f"✔ {check.__name__} passed" in capsys.readouterr().out
+
+
+def call_main(main, argv: list[str], capsys) -> tuple[int, str, str]:
+    """Run a command line's ``main(argv)`` in this process: (exit status, stdout, stderr)."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 

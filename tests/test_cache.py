@@ -255,7 +255,12 @@ def test_decoding_errors():
 
 # --- the bench section ----------------------------------------------------------------------------------------------
 def test_bench_generation_quick():
-    from tfm_lesson.bench import bench_generation, generation_step_times
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from bench import bench_generation, generation_step_times  # tools/bench.py
 
     result = bench_generation(torch.device("cpu"), quick=True)
     assert result["same_tokens"] is True and result["new_tokens"] == 64

@@ -11,15 +11,11 @@ import torch.nn.functional as F
 import tfm_lesson
 from tfm_lesson.checks import (Mistake, check_attention, check_attention_scores, check_attention_weights,
                                check_retrieval)
+from conftest import passes as _passes, raises_mistake as _raises  # noqa: E402
 
 
 def _scores(q, k, scale=None):
     return q @ k.transpose(-2, -1) / (math.sqrt(q.size(-1)) if scale is None else scale)
-
-
-def _raises(check, fn, hint: str) -> None:
-    with pytest.raises(Mistake, match=re.escape(hint)):
-        check(fn)
 
 
 # --- scores ---------------------------------------------------------------------------------------------------

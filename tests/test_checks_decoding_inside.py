@@ -13,16 +13,7 @@ from tfm_lesson.checks import (Mistake, check_beam_step, check_corpus_and_mean_b
                                check_length_normalised, check_query_entropy, check_rank_correlation)
 from tfm_lesson.checks.decoding import _beam_step
 from tfm_lesson.checks.inside import _entropy
-
-
-def _raises(check, fn, hint: str) -> None:
-    with pytest.raises(Mistake, match=re.escape(hint)):
-        check(fn)
-
-
-def _passes(check, fn, capsys) -> None:
-    check(fn)
-    assert f"✔ {check.__name__} passed" in capsys.readouterr().out
+from conftest import passes as _passes, raises_mistake as _raises  # noqa: E402
 
 
 # --- beam step -------------------------------------------------------------------------------------------------------

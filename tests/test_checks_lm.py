@@ -9,11 +9,7 @@ import torch
 from tfm_lesson.checks import Mistake, check_bpe_merge, check_next_token_probs, check_next_token_windows
 from tfm_lesson.sampling import filter_top_k, filter_top_p
 from tfm_lesson.tokenizer import merge_pair
-
-
-def _raises(check, fn, hint: str) -> None:
-    with pytest.raises(Mistake, match=re.escape(hint)):
-        check(fn)
+from conftest import passes as _passes, raises_mistake as _raises  # noqa: E402
 
 
 # --- one BPE merge --------------------------------------------------------------------------------------------

@@ -9,11 +9,7 @@ import torch
 import tfm_lesson
 from tfm_lesson.checks import (Mistake, check_causal_mask, check_decoder_mask, check_masked_softmax,
                                check_padding_mask)
-
-
-def _raises(check, fn, hint: str) -> None:
-    with pytest.raises(Mistake, match=re.escape(hint)):
-        check(fn)
+from conftest import passes as _passes, raises_mistake as _raises  # noqa: E402
 
 
 # --- padding --------------------------------------------------------------------------------------------------

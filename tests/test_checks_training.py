@@ -12,16 +12,7 @@ from tfm_lesson.checks import (Mistake, check_greedy_decode, check_label_smoothi
                                check_shift_targets, check_train_step)
 from tfm_lesson.decoding import greedy_decode
 from tfm_lesson.training import noam_rate
-
-
-def _raises(check, fn, hint: str) -> None:
-    with pytest.raises(Mistake, match=re.escape(hint)):
-        check(fn)
-
-
-def _passes(check, fn, capsys) -> None:
-    check(fn)
-    assert f"✔ {check.__name__} passed" in capsys.readouterr().out
+from conftest import passes as _passes, raises_mistake as _raises  # noqa: E402
 
 
 # --- shift_targets ------------------------------------------------------------------------------------------------

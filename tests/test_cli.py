@@ -35,6 +35,7 @@ def _last_json(stdout: str) -> dict:
     return json.loads(lines[-1])
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_train_copy_then_translate(tmp_path):
     out = tmp_path / "copy"
     proc = _run(["-m", "tfm_lesson.train", "--task", "copy", "--steps", "8", "--out", str(out), *TINY], tmp_path)
@@ -242,30 +243,7 @@ def test_overwrite_and_resume_from_the_command_line(tmp_path, capsys):
     assert load_checkpoint(out / "model.pt", device="cpu").extra["steps"] == 2
 
 
-@pytest.mark.slow
-def test_sigterm_saves_and_resume_continues(tmp_path):
-    out = tmp_path / "run"
-    env = {**os.environ, "TFM_DEVICE": "cpu", "OMP_NUM_THREADS": "1"}
-    root = str(Path(tfm_lesson.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen([sys.executable, "-m", "tfm_lesson.train", "--task", "copy", "--steps", "100000",
-                             "--save-every", "5", "--out", str(out), *TINY], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 180
-    while not (out / "model.pt").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 143, stderr[-2000:]
-    assert "stopped by SIGTERM after step" in stdout and f"--resume {out / 'model.pt'}" in stdout
-    step = load_checkpoint(out / "model.pt", device="cpu").extra["steps"]
-    assert step >= 5
-    proc = _run(["-m", "tfm_lesson.train", "--resume", str(out / "model.pt"), "--steps", str(step + 2),
-                 "--no-progress", "--test-limit", "5"], tmp_path)
-    assert _last_json(proc.stdout)["steps"] == step + 2
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # (SIGTERM, Ctrl-C and resume: tests/test_run_contract.py, for both trainers)
 def test_torchrun_two_processes_ddp(tmp_path):
     out = tmp_path / "ddp"
     proc = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "tfm_lesson.train",

@@ -184,3 +184,17 @@ def test_cache_errors():
     model2(torch.zeros(1, 40, dtype=torch.long), cache)
     with pytest.raises(ValueError, match=r"after 40 cached, more than the context of 48"):
         model2(torch.zeros(1, 9, dtype=torch.long), cache)
+
+
+def test_factory_errors_list_every_option_there_is():
+    from tfm_lesson import gpt
+
+    config = gpt.GPTConfig(vocab_size=10, context=8, d_model=8, heads=2, d_ff=16, num_layers=1)
+    for field, factory, kinds in (("norm", gpt._make_norm, gpt.NORM_KINDS),
+                                  ("activation", gpt._make_feed_forward, gpt.ACTIVATION_KINDS),
+                                  ("positional", gpt._make_positional, gpt.POSITIONAL_KINDS)):
+        broken = gpt.GPTConfig(**config.to_dict())
+        setattr(broken, field, "nope")  # past the config's own check: the factory must still say what exists
+        with pytest.raises(ValueError) as err:
+            factory(broken)
+        assert all(repr(kind) in str(err.value) for kind in kinds), str(err.value)

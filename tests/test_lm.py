@@ -252,3 +252,15 @@ def test_sampling_widget_bad_arguments(data):
         sampling_widget(tiny_gpt(data.vocab_size), "gpt2")
     with pytest.raises(TypeError, match="prompt"):
         sampling_widget(tiny_gpt(data.vocab_size), data.tokenizer, prompt=3)
+
+
+def test_save_lm_refuses_extras_that_load_lm_would_refuse(data, tmp_path):
+    from pathlib import Path
+
+    model = tiny_gpt(data.vocab_size)
+    with pytest.raises(TypeError, match=r"extra\['where'\] is a pathlib"):
+        save_lm(tmp_path / "x.pt", model, data.tokenizer, extra={"where": Path("runs")})
+    assert not (tmp_path / "x.pt").exists()
+    plain = {"corpus": "t.txt", "run": {"steps": 3, "lr": 0.003, "text": None}, "losses": [1.0, 2.0]}
+    save_lm(tmp_path / "x.pt", model, data.tokenizer, extra=plain)
+    assert load_lm(tmp_path / "x.pt", device="cpu").extra == plain

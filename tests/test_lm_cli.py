@@ -11,21 +11,12 @@ import sys
 import pytest
 
 from conftest import ROOT
+from conftest import call_main as call  # in this process (fast; the subprocess tests check the real thing)
 
 TINY = ["--d-model", "32", "--heads", "4", "--layers", "1", "--d-ff", "64", "--batch-size", "8", "--context", "32",
         "--no-progress", "--threads", "1"]
 TEXT = "".join(f"the {a} {b} sat on the {c}.\n" for a in ("small", "big", "red") for b in ("cat", "dog", "hen")
                for c in ("mat", "log", "hat", "rug")) * 5
-
-
-def call(main, argv: list[str], capsys) -> tuple[int, str, str]:
-    """Run a command line's ``main`` in this process (fast; the subprocess tests check the real thing)."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -43,6 +34,7 @@ def own_text_run(tmp_path_factory):
     return root, proc
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_train_on_your_own_text(own_text_run):
     root, proc = own_text_run
     assert proc.returncode == 0, proc.stderr
@@ -54,6 +46,7 @@ def test_train_on_your_own_text(own_text_run):
     assert "sample after training" in proc.stdout
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_generate_continues_the_prompt(own_text_run):
     root, _ = own_text_run
     args = ("tfm_lesson.generate", str(root / "out" / "lm.pt"), "the small", "--max-new-tokens", "12")
@@ -65,6 +58,7 @@ def test_generate_continues_the_prompt(own_text_run):
     assert greedy.returncode == 0 and greedy.stdout == run(*args, "--temperature", "0", "--no-cache").stdout
 
 
+@pytest.mark.slow  # its fixture starts a training subprocess
 @pytest.mark.parametrize("flags, words", [
     (["--top-p", "0"], "--top-p must be in (0, 1]"), (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
     (["--top-k", "0"], "--top-k must be >= 1"), (["--temperature", "-1"], "--temperature must be"),
@@ -92,7 +86,10 @@ def test_generate_rejects_a_missing_or_foreign_checkpoint(tmp_path):
     (["--vocab-size", "100"], "--vocab-size must be at least 256"), (["--context", "1"], "--context must be"),
     (["--heads", "3"], "divisible by --heads"), (["--steps", "0"], "--steps must be >= 1"),
     (["--device", "nonsense"], "--device"), (["--warmup", "-1"], "--warmup must be >= 0"),
-    (["--resume", "x.pt"], "--resume is for translation runs")])
+    (["--resume", "x.pt"], "--resume: no checkpoint at"), (["--smoothing", "0.2"], "--smoothing: only for translation"),
+    (["--beam", "2"], "--beam: only for translation"), (["--tokenizer", "chars"], "--tokenizer: only for translation"),
+    (["--max-len", "1"], "--max-len: only for translation"), (["--threads", "0"], "--threads must be >= 1"),
+    (["--eval-every", "-1"], "--eval-every must be >= 1"), (["--peak-lr", "nan"], "--peak-lr must be a finite")])
 def test_train_lm_usage_errors(tmp_path, flags, words, capsys):
     from tfm_lesson.train import main
 
@@ -113,6 +110,7 @@ def test_train_text_errors(tmp_path, capsys):
     assert code == 2 and "not allowed with" in err
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_train_task_lm_on_the_shipped_corpus(tmp_path):
     proc = run("tfm_lesson.train", "--task", "lm", "--steps", "20", "--out", str(tmp_path), *TINY)
     assert proc.returncode == 0, proc.stderr
@@ -121,6 +119,7 @@ def test_train_task_lm_on_the_shipped_corpus(tmp_path):
     assert (tmp_path / "lm.pt").is_file()
 
 
+@pytest.mark.slow  # starts a training subprocess
 def test_an_existing_run_is_kept_unless_overwrite(own_text_run, capsys):
     from tfm_lesson.train import main
 

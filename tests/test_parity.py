@@ -67,18 +67,6 @@ def test_multi_head_attention_matches_torch(device, parity, self_attention, need
     parity("MultiHeadAttention (grad)", ours.w_o.weight.grad, theirs.out_proj.weight.grad)
 
 
-def test_fast_path_equals_explicit_path(device, parity):
-    torch.manual_seed(2)
-    mha = T.MultiHeadAttention(48, 6).to(device)
-    x = torch.randn(4, 10, 48, device=device)
-    mask = T.combine_masks(T.padding_mask(torch.tensor([[1] * 10, [1] * 7 + [0] * 3, [1] * 2 + [0] * 8, [1] * 10],
-                                                       device=device), 0), T.causal_mask(10, device))
-    fast, none = mha(x, x, x, mask)
-    explicit, weights = mha(x, x, x, mask, need_weights=True)
-    assert none is None and weights.shape == (4, 6, 10, 10)
-    parity("MultiHeadAttention fast vs explicit", fast, explicit)
-
-
 # layer norm, feed-forward, positional encoding -----------------------------------------------------------------------
 @pytest.mark.parametrize("explicit", [False, True])
 def test_layer_norm_matches_torch(device, parity, explicit):

@@ -11,7 +11,8 @@ import torch
 
 import tfm_lesson.data.batching as batching
 from tfm_lesson.data import load_task
-from tfm_lesson.training import (TrainingDiverged, TrainingInterrupted, _BatchStream, amp_dtype, distributed_plan,
+from tfm_lesson.data.batching import BatchStream as _BatchStream
+from tfm_lesson.training import (TrainingDiverged, TrainingInterrupted, amp_dtype, distributed_plan,
                                  load_checkpoint, make_model, read_checkpoint, save_checkpoint, train)
 
 QUIET = dict(progress=False, log=lambda msg: None, device="cpu")

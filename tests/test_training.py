@@ -158,3 +158,13 @@ def test_cpu_threads_restores_and_train_leaves_threads_alone(copy_data):
     model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
     train(model, copy_data, steps=2, batch_size=8, progress=False, log=lambda m: None, device="cpu")
     assert torch.get_num_threads() == before
+
+
+def test_fused_adam_only_on_cuda_unless_asked():
+    from tfm_lesson.training import make_optimizer
+
+    model = torch.nn.Linear(4, 3)
+    assert not make_optimizer(model).defaults["fused"]  # CPU: the usual update, the chapters' numbers
+    fused = make_optimizer(model, fused=True)  # asked for: PyTorch's fused kernel (CPU support since torch 2.4)
+    plain = make_optimizer(torch.nn.Linear(4, 3), fused=False)
+    assert fused.defaults["fused"] and not plain.defaults["fused"]

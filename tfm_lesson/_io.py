@@ -7,7 +7,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_open"]
+__all__ = ["atomic_open", "PACKAGE", "inside_package", "check_writable_file"]
+
+PACKAGE = Path(__file__).resolve().parent  # the installed tfm_lesson: its data is shipped, never a default output
 
 
 def _umask() -> int:
@@ -43,3 +45,29 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def inside_package(path: str | os.PathLike) -> bool:
+    """Is ``path`` inside the installed package (its shipped data, its code)?"""
+    return Path(path).resolve().is_relative_to(PACKAGE)
+
+
+def check_writable_file(path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """``path`` as a ``Path``, once sure a command may write it: not inside the package (whose data is shipped),
+    not a folder, no file replaced unless ``overwrite``, its folder writable. Otherwise a ``ValueError`` saying
+    which; command lines turn it into a usage error before any work starts."""
+    path = Path(path)
+    if inside_package(path):
+        raise ValueError(f"{path} is inside the tfm_lesson package, whose files are shipped: write elsewhere "
+                         "(e.g. runs/)")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; give a file name")
+    if path.exists() and not overwrite:
+        raise ValueError(f"{path} already exists: pass --overwrite to replace it, or choose another --out")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{path}: cannot write there ({err.strerror or err})") from None
+    return path

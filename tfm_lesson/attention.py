@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_dtype, check_features, check_positive_int, check_probability
+from ._validate import check_dtype, check_features, check_positive_int, check_probability
 from .cache import CrossAttentionCache, KVCache
 from .masks import check_mask
 

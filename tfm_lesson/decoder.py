@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ._checks import check_features, check_positive_int
+from ._validate import check_features, check_positive_int
 from .attention import MultiHeadAttention
 from .cache import CrossAttentionCache, DecoderCache, KVCache
 from .feedforward import PositionwiseFeedForward

@@ -24,7 +24,7 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_int
+from ._validate import check_positive_int
 from .cache import causal_mask_with_offset
 from .masks import padding_mask
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ._checks import check_features, check_positive_int
+from ._validate import check_features, check_positive_int
 from .attention import MultiHeadAttention
 from .feedforward import PositionwiseFeedForward
 from .norm import LayerNorm

@@ -12,7 +12,7 @@ from typing import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_features, check_positive_int, check_probability
+from ._validate import check_features, check_positive_int, check_probability
 
 __all__ = ["PositionwiseFeedForward", "ACTIVATIONS"]
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ._checks import check_positive_int
+from ._validate import check_positive_int
 from .masks import check_mask
 
 __all__ = ["online_softmax", "flash_attention", "FlashAttention", "attention_lse"]

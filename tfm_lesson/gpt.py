@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_int, check_probability, check_tokens
+from ._validate import check_positive_int, check_probability, check_tokens
 from .attention import MultiHeadAttention
 from .cache import KVCache, causal_mask_with_offset
 from .feedforward import PositionwiseFeedForward
@@ -108,7 +108,7 @@ def _make_norm(config: GPTConfig) -> nn.Module:
         return LayerNorm(config.d_model, config.eps, config.bias)
     if config.norm == "rms":  # chapter 16: no mean, no shift
         return RMSNorm(config.d_model, config.eps)
-    raise ValueError(f"norm={config.norm!r} is not implemented yet in tfm_lesson.gpt (available: 'layer')")
+    raise ValueError(f"norm={config.norm!r} is not implemented in tfm_lesson.gpt (available: {NORM_KINDS})")
 
 
 def _make_attention(config: GPTConfig) -> nn.Module:
@@ -125,8 +125,8 @@ def _make_feed_forward(config: GPTConfig) -> nn.Module:
         return PositionwiseFeedForward(config.d_model, config.d_ff, config.dropout, config.activation, config.bias)
     if config.activation == "swiglu":  # chapter 16: d_ff is the gate's size (Llama's intermediate_size)
         return SwiGLU(config.d_model, config.d_ff, config.dropout, config.bias)
-    raise ValueError(f"activation={config.activation!r} is not implemented yet in tfm_lesson.gpt "
-                     "(available: 'gelu', 'gelu_tanh', 'relu')")
+    raise ValueError(f"activation={config.activation!r} is not implemented in tfm_lesson.gpt "
+                     f"(available: {ACTIVATION_KINDS})")
 
 
 def _make_positional(config: GPTConfig) -> nn.Module | None:
@@ -137,8 +137,8 @@ def _make_positional(config: GPTConfig) -> nn.Module | None:
         return SinusoidalPositionalEncoding(config.d_model, config.context)
     if config.positional == "rope":  # chapter 16: positions rotate queries and keys inside attention
         return None
-    raise ValueError(f"positional={config.positional!r} is not implemented yet in tfm_lesson.gpt "
-                     "(available: 'learned', 'sinusoidal')")
+    raise ValueError(f"positional={config.positional!r} is not implemented in tfm_lesson.gpt "
+                     f"(available: {POSITIONAL_KINDS})")
 
 
 class GPTBlock(nn.Module):

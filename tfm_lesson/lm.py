@@ -13,15 +13,15 @@ the **perplexity** is ``exp(loss)``: the number of tokens the model is, on avera
 choice among. A **unigram** model, which ignores the context and predicts every token with its frequency
 in the training text, is the baseline to beat.
 
-The command line, ``python -m tfm_lesson.train --task lm`` (or ``--text FILE``), calls :func:`main_lm`;
+The command line, ``python -m tfm_lesson.train --task lm`` (or ``--text FILE``), trains with :func:`train_lm`;
 ``python -m tfm_lesson.generate CHECKPOINT "prompt"`` samples from the checkpoint it writes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,15 +31,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._io import atomic_open
+from .checkpoint import atomic_save, check_extra, checked_parts, run_state
 from .data.corpus import Corpus, load_corpus, random_windows
-from .device import default_device
+from .device import auto_threads, cpu_threads, default_device, threads_for
 from .gpt import GPT, GPTConfig
+from .runstate import GuardedRun, TrainingDiverged, TrainingInterrupted, rng_state, set_rng_state
 from .tokenizer import BPETokenizer
-from .training import cpu_threads, make_optimizer
+from .training import make_optimizer
 
 __all__ = ["LMData", "prepare_lm_data", "lm_loss", "lm_rate", "train_lm", "perplexity", "unigram_perplexity",
-           "complete", "save_lm", "load_lm", "LMCheckpoint", "main_lm", "LM_FORMAT", "LM_DEFAULTS"]
+           "complete", "save_lm", "load_lm", "read_lm", "update_lm_extra", "LMCheckpoint", "LM_FORMAT",
+           "TrainingDiverged", "TrainingInterrupted", "lm_fingerprint"]
 
 LM_FORMAT = "tfm_lesson-lm/1"
 
@@ -95,13 +97,6 @@ def lm_rate(progress: float, peak: float, warmup_fraction: float, final_fraction
     return peak * (final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + math.cos(math.pi * rest)))
 
 
-def _threads_for(model: nn.Module, device: torch.device):
-    """One CPU thread for a small model on the CPU (faster there, and far faster on a busy machine; see
-    :func:`tfm_lesson.training.cpu_threads`); otherwise torch's own choice."""
-    small = sum(p.numel() for p in model.parameters()) < 5_000_000
-    return cpu_threads(1 if device.type == "cpu" and small else None)
-
-
 @torch.no_grad()
 def _windows_loss(model: nn.Module, ids: Tensor, context: int, batch_size: int, device: torch.device,
                   max_tokens: int | None) -> tuple[float, int]:
@@ -132,7 +127,7 @@ def perplexity(model: nn.Module, ids: Tensor, context: int | None = None, batch_
     was_training = model.training
     model.eval()
     try:
-        with _threads_for(model, device):
+        with threads_for(model, device):
             total, count = _windows_loss(model, ids, context, batch_size, device, max_tokens)
     finally:
         model.train(was_training)
@@ -152,9 +147,11 @@ def unigram_perplexity(train: Tensor, valid: Tensor, vocab_size: int, alpha: flo
 
 def train_lm(model: GPT, data: LMData, steps: int | None = None, minutes: float | None = None, batch_size: int = 32,
              context: int | None = None, lr: float = 3e-3, warmup: float = 0.05, weight_decay: float = 0.0,
-             clip: float = 1.0, eval_every: int | None = None, eval_tokens: int = 20_000,
+             clip: float | None = 1.0, eval_every: int | None = None, eval_tokens: int = 20_000,
              device: torch.device | str | None = None, seed: int = 0, threads: int | None | str = "auto",
-             log: Callable[[str], None] | None = None) -> dict[str, list]:
+             log: Callable[[str], None] | None = None, checkpoint: str | os.PathLike | None = None,
+             save_every: int | None = None, resume: str | os.PathLike | None = None,
+             checkpoint_extra: dict | None = None) -> dict[str, list]:
     """Next-token training on random windows of ``data.train``: ``steps`` optimiser steps, or as many as fit in
     ``minutes`` (both: whichever ends first). Adam (the paper's betas), a linear warm-up over the first
     ``warmup`` fraction of the run, then cosine decay (see :func:`lm_rate`), gradient clipping.
@@ -162,6 +159,12 @@ def train_lm(model: GPT, data: LMData, steps: int | None = None, minutes: float 
     Returns the history: ``step``, ``loss`` (training, per step), ``lr``, ``seconds`` (since the start),
     and, every ``eval_every`` steps and at the end, ``eval_step`` and ``valid_loss`` (on the first
     ``eval_tokens`` validation tokens). The model is left in eval mode.
+
+    The run contract of :func:`tfm_lesson.training.train` (:mod:`tfm_lesson.runstate`): with ``checkpoint``
+    the run is saved there atomically every ``save_every`` steps, at the end, and on Ctrl-C or SIGTERM
+    (:class:`TrainingInterrupted`); ``resume`` continues such a run exactly (same data and settings: the
+    result equals the uninterrupted run's); a NaN or infinite loss raises :class:`TrainingDiverged` before
+    the bad step and never overwrites a good checkpoint.
     """
     if steps is None and minutes is None:
         raise ValueError("give steps, minutes or both")
@@ -176,54 +179,120 @@ def train_lm(model: GPT, data: LMData, steps: int | None = None, minutes: float 
     context = context or model.config.context
     if context > model.config.context:
         raise ValueError(f"context={context} is longer than the model's context of {model.config.context}")
+    for name, value in (("eval_every", eval_every), ("save_every", save_every)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    if save_every is not None and checkpoint is None:
+        raise ValueError("save_every needs checkpoint=, the file to save to")
+    if clip is not None and not (math.isfinite(clip) and clip >= 0):
+        raise ValueError(f"clip must be a finite number >= 0 or None (no clipping), got {clip!r}")
+    check_extra(checkpoint_extra or {}, "checkpoint_extra")
     device = torch.device(device) if device is not None else default_device()
-    if threads == "auto":
-        small = sum(p.numel() for p in model.parameters()) < 5_000_000
-        threads = 1 if device.type == "cpu" and small else None
-    model.to(device).train()
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = make_optimizer(model, lr=lr, weight_decay=weight_decay)
-    limit = None if minutes is None else minutes * 60.0
-    history: dict[str, list] = {"step": [], "loss": [], "lr": [], "seconds": [], "eval_step": [], "valid_loss": []}
-
-    def evaluate(step: int) -> None:
-        total, count = _windows_loss(model.eval(), data.valid, context, batch_size, device, eval_tokens)
-        model.train()
-        history["eval_step"].append(step)
-        history["valid_loss"].append(total / count)
-        if log:
-            log(f"step {step}: train loss {history['loss'][-1]:.3f}, valid loss {total / count:.3f} "
-                f"(perplexity {math.exp(total / count):.2f}), {history['seconds'][-1]:.0f} s")
-
-    start = time.perf_counter()
-    step = 0
-    with cpu_threads(threads):
-        while True:
-            elapsed = time.perf_counter() - start
-            progress = max(step / steps if steps else 0.0, elapsed / limit if limit else 0.0)
-            if (steps is not None and step >= steps) or (limit is not None and elapsed >= limit):
-                break
-            rate = lm_rate(progress, lr, warmup)
-            for group in optimizer.param_groups:
-                group["lr"] = rate
-            x, y = random_windows(data.train, batch_size, context, generator, device)  # (batch, context) each
-            loss = lm_loss(model, x, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip:
-                nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
-            step += 1
-            history["step"].append(step)
-            history["loss"].append(loss.item())
-            history["lr"].append(rate)
-            history["seconds"].append(time.perf_counter() - start)
-            if eval_every and step % eval_every == 0:
-                evaluate(step)
-        if step and (not history["eval_step"] or history["eval_step"][-1] != step):
-            evaluate(step)
+    run = _LMRun(model, data, dict(steps=steps, minutes=minutes, batch_size=batch_size, context=context, lr=lr,
+                                   warmup=warmup, weight_decay=weight_decay, clip=clip, eval_tokens=eval_tokens,
+                                   seed=seed), device, log, checkpoint, resume, checkpoint_extra or {})
+    with cpu_threads(auto_threads(model, device, threads)):
+        run.run(steps, minutes, eval_every, save_every)
     model.eval()
-    return history
+    return run.history
+
+
+class _LMRun(GuardedRun):
+    """One call of :func:`train_lm`: random windows, the warm-up/cosine rate, Adam, clipping."""
+
+    resume_hint = "python -m tfm_lesson.train --resume {path}"
+
+    def __init__(self, model: GPT, data: LMData, s: dict, device: torch.device, log, checkpoint, resume,
+                 extra: dict) -> None:
+        self.model, self.data, self.s, self.device, self.log, self.extra = model, data, s, device, log, extra
+        self.settings = {k: s[k] for k in ("steps", "batch_size", "context", "lr", "warmup", "weight_decay", "clip",
+                                           "seed")}
+        self.fingerprint = lm_fingerprint(data)
+        saved = _lm_run_state(resume, model, data, self.settings, self.fingerprint) if resume is not None else None
+        model.to(device).train()
+        self.generator = torch.Generator().manual_seed(s["seed"])
+        self.optimizer = make_optimizer(model, lr=s["lr"], weight_decay=s["weight_decay"])
+        self.limit = None if s["minutes"] is None else s["minutes"] * 60.0
+        self.history: dict[str, list] = {"step": [], "loss": [], "lr": [], "seconds": [], "eval_step": [],
+                                         "valid_loss": []}
+        self.step, self.seconds_before = 0, 0.0
+        if saved is not None:
+            self.optimizer.load_state_dict(saved["optimizer"])
+            self.generator.set_state(saved["generator"])
+            self.history = {k: list(v) for k, v in saved["history"].items()}
+            self.step, self.seconds_before = int(saved["step"]), float(saved.get("seconds", 0.0))
+            set_rng_state(saved["rng"])
+            if log:
+                log(f"resumed at step {self.step} from {resume}")
+        self.path = os.fspath(checkpoint) if checkpoint is not None else None
+        same_file = (saved is not None and self.path is not None and os.path.exists(self.path)
+                     and os.path.samefile(resume, self.path))
+        self.saved_step = self.step if same_file else None
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return self.seconds_before + time.perf_counter() - self.start
+
+    def take_step(self, check: Callable[[float], None]) -> float:
+        s, steps = self.s, self.s["steps"]
+        progress = max(self.step / steps if steps else 0.0,
+                       (time.perf_counter() - self.start) / self.limit if self.limit else 0.0)
+        rate = lm_rate(progress, s["lr"], s["warmup"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        # (batch, context) each
+        x, y = random_windows(self.data.train, s["batch_size"], s["context"], self.generator, self.device)
+        loss = lm_loss(self.model, x, y)
+        check(loss.item())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if s["clip"]:
+            nn.utils.clip_grad_norm_(self.model.parameters(), s["clip"])
+        self.optimizer.step()
+        self.history["step"].append(self.step + 1)
+        self.history["loss"].append(loss.item())
+        self.history["lr"].append(rate)
+        self.history["seconds"].append(self.elapsed())
+        return self.history["loss"][-1]
+
+    def peak_lr(self) -> float:
+        return self.s["lr"]
+
+    def last_evaluated(self) -> int | None:
+        return self.history["eval_step"][-1] if self.history["eval_step"] else None
+
+    def evaluate(self, step: int) -> None:
+        if not self.history["loss"]:
+            return
+        total, count = _windows_loss(self.model.eval(), self.data.valid, self.s["context"], self.s["batch_size"],
+                                     self.device, self.s["eval_tokens"])
+        self.model.train()
+        self.history["eval_step"].append(step)
+        self.history["valid_loss"].append(total / count)
+        if self.log:
+            self.log(f"step {step}: train loss {self.history['loss'][-1]:.3f}, valid loss {total / count:.3f} "
+                     f"(perplexity {math.exp(total / count):.2f}), {self.history['seconds'][-1]:.0f} s")
+
+    def write(self, step: int) -> None:
+        state = {"step": step, "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+                 "history": self.history, "seconds": self.elapsed(), "rng": rng_state(), "settings": self.settings,
+                 "data": self.fingerprint}
+        extra = {**self.extra, "steps": step, "seconds": state["seconds"]}
+        save_lm(self.path, self.model, self.data.tokenizer, extra=extra, training=state)
+
+
+def lm_fingerprint(data: LMData) -> str:
+    """A short hash of the training tokens: a resumed run checks that it trains on the same data."""
+    return hashlib.sha256(data.train.numpy().tobytes()).hexdigest()[:16]
+
+
+def _lm_run_state(resume, model: GPT, data: LMData, settings: dict, fingerprint: str) -> dict:
+    """Load the weights of the language-model run saved in ``resume`` into ``model``; return its state."""
+    payload = read_lm(resume)
+    saved = run_state(payload, resume, model, settings, fingerprint, "save_lm", "the training tokens",
+                      "the text or its tokenizer changed")
+    model.load_state_dict(payload["state_dict"])
+    return saved
 
 
 def complete(model: GPT, tokenizer: BPETokenizer, prompt: str = "", max_new_tokens: int = 60,
@@ -239,7 +308,7 @@ def complete(model: GPT, tokenizer: BPETokenizer, prompt: str = "", max_new_toke
     if seed is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
     idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, prompt_len)
-    with _threads_for(model, device):
+    with threads_for(model, device):
         out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                              use_cache=use_cache, generator=generator)
     return tokenizer.decode(out[0, len(ids):].tolist())
@@ -252,25 +321,30 @@ class LMCheckpoint(NamedTuple):
     extra: dict
 
 
-def save_lm(path: str | os.PathLike, model: GPT, tokenizer: BPETokenizer, extra: dict | None = None) -> Path:
+def save_lm(path: str | os.PathLike, model: GPT, tokenizer: BPETokenizer, extra: dict | None = None, *,
+            training: dict | None = None) -> Path:
     """Config, weights, tokenizer and ``extra`` (plain values) in one file, written atomically (a temporary
-    file in the same folder, then a rename), readable with ``torch.load(..., weights_only=True)``."""
+    file in the same folder, then a rename), readable with ``torch.load(..., weights_only=True)``. ``extra``
+    that :func:`load_lm` would refuse is refused here, naming the entry; ``training`` is the state
+    :func:`train_lm` saves to continue a run."""
     if not isinstance(model, GPT):
         raise TypeError(f"model must be a tfm_lesson.GPT, got {type(model).__name__}")
     if not isinstance(tokenizer, BPETokenizer):
         raise TypeError(f"tokenizer must be a BPETokenizer, got {type(tokenizer).__name__}")
+    extra, training = checked_parts(extra, training)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": LM_FORMAT, "config": model.config.to_dict(),
                "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-               "tokenizer": json.dumps(tokenizer.to_dict()), "extra": dict(extra or {})}
-    with atomic_open(path, "wb") as fh:
-        torch.save(payload, fh)
+               "tokenizer": json.dumps(tokenizer.to_dict()), "extra": extra}
+    if training is not None:
+        payload["training"] = training
+    atomic_save(payload, path)
     return path
 
 
-def load_lm(path: str | os.PathLike, device: torch.device | str | None = None) -> LMCheckpoint:
-    """Rebuild ``(model, tokenizer, extra)`` from :func:`save_lm`'s file (no code from the file runs)."""
+def read_lm(path: str | os.PathLike) -> dict:
+    """The raw contents of :func:`save_lm`'s file (a dict), read safely, or ``FileNotFoundError`` /
+    ``ValueError``."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -281,6 +355,12 @@ def load_lm(path: str | os.PathLike, device: torch.device | str | None = None) -
     if not isinstance(payload, dict) or payload.get("format") != LM_FORMAT:
         raise ValueError(f"{path} is not a tfm_lesson language-model checkpoint (written by "
                          "`python -m tfm_lesson.train --task lm` or tfm_lesson.lm.save_lm)")
+    return payload
+
+
+def load_lm(path: str | os.PathLike, device: torch.device | str | None = None) -> LMCheckpoint:
+    """Rebuild ``(model, tokenizer, extra)`` from :func:`save_lm`'s file (no code from the file runs)."""
+    payload = read_lm(path)
     model = GPT(GPTConfig(**payload["config"]))
     model.load_state_dict(payload["state_dict"])
     device = torch.device(device) if device is not None else default_device()
@@ -288,103 +368,9 @@ def load_lm(path: str | os.PathLike, device: torch.device | str | None = None) -
     return LMCheckpoint(model.to(device).eval(), tokenizer, payload.get("extra", {}))
 
 
-# ------------------------------------------------------------------------------------------ command line
-LM_DEFAULTS = dict(vocab_size=512, context=64, d_model=64, heads=4, layers=2, d_ff=256, dropout=0.0, batch_size=32,
-                   peak_lr=3e-3, steps=1000, seed=0)
-
-
-def main_lm(args, parser=None) -> int:
-    """``python -m tfm_lesson.train --task lm`` / ``--text FILE``: train a GPT, print samples and held-out
-    perplexity, save ``OUT/lm.pt``; the last line of stdout is a JSON summary. Flags left unset (``None``)
-    take :data:`LM_DEFAULTS`; a bad flag is a usage error (exit status 2)."""
-
-    def usage_error(message: str) -> None:
-        if parser is not None:
-            parser.error(message)  # usage on stderr, exit status 2
-        print(f"python -m tfm_lesson.train: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-    def flag(name: str):
-        value = getattr(args, name, None)
-        return LM_DEFAULTS.get(name) if value is None else value
-
-    if getattr(args, "resume", None) is not None:
-        usage_error("--resume is for translation runs; a language-model run starts afresh")
-    vocab_size, context = flag("vocab_size"), flag("context")
-    d_model, heads, layers, d_ff = flag("d_model"), flag("heads"), flag("layers"), flag("d_ff")
-    batch_size, dropout, seed = flag("batch_size"), flag("dropout"), flag("seed")
-    if vocab_size < 256:
-        usage_error(f"--vocab-size must be at least 256 (the byte alphabet), got {vocab_size}")
-    if context < 2:
-        usage_error(f"--context must be at least 2, got {context}")
-    for name, value in (("--d-model", d_model), ("--heads", heads), ("--layers", layers), ("--d-ff", d_ff),
-                        ("--batch-size", batch_size)):
-        if value < 1:
-            usage_error(f"{name} must be >= 1, got {value}")
-    if d_model % heads:
-        usage_error(f"--d-model {d_model} must be divisible by --heads {heads}")
-    if args.steps is not None and args.steps < 1:
-        usage_error(f"--steps must be >= 1, got {args.steps}")
-    if args.minutes is not None and not (args.minutes > 0 and math.isfinite(args.minutes)):
-        usage_error(f"--minutes must be a positive number, got {args.minutes}")
-    if not 0 <= dropout < 1:
-        usage_error(f"--dropout must be in [0, 1), got {dropout}")
-    peak_lr = flag("peak_lr")
-    if not (peak_lr > 0 and math.isfinite(peak_lr)):
-        usage_error(f"--peak-lr must be a positive number, got {peak_lr}")
-    warmup = getattr(args, "warmup", None)
-    if warmup is not None and warmup < 0:
-        usage_error(f"--warmup must be >= 0, got {warmup}")
-    try:
-        device = torch.device(args.device) if getattr(args, "device", None) else default_device()
-    except RuntimeError as exc:
-        usage_error(f"--device: {exc}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        usage_error(f"--device {args.device}: CUDA is not available on this machine")
-    out = getattr(args, "out", None) or Path("runs/lm")
-    if (out / "lm.pt").exists() and not getattr(args, "overwrite", False):
-        usage_error(f"{out / 'lm.pt'} already holds a run: pass --overwrite to replace it, or choose another --out")
-    text_file = getattr(args, "text", None)
-    try:
-        corpus = load_corpus(path=text_file)
-    except (FileNotFoundError, ValueError) as exc:
-        usage_error(f"--text: {exc}")
-    torch.manual_seed(seed)
-    if getattr(args, "threads", None) is not None:
-        torch.set_num_threads(max(1, args.threads))
-    data = prepare_lm_data(corpus, vocab_size=vocab_size)
-    print(f"corpus: {corpus!r}", flush=True)
-    print(f"tokens: {data!r}", flush=True)
-    if data.train.numel() < context + 1 or data.valid.numel() < context + 1:
-        usage_error(f"the text is too short for --context {context}: {data.train.numel()} training and "
-                    f"{data.valid.numel()} validation tokens; give more text or a smaller --context")
-    model = GPT(GPTConfig(vocab_size=data.vocab_size, context=context, d_model=d_model, heads=heads, d_ff=d_ff,
-                          num_layers=layers, dropout=dropout))
-    print(f"model: d_model={d_model} heads={heads} layers={layers} d_ff={d_ff} context={context} "
-          f"parameters={sum(p.numel() for p in model.parameters())}", flush=True)
-    steps = args.steps if args.steps is not None or args.minutes is not None else LM_DEFAULTS["steps"]
-    # --warmup counts steps; train_lm takes the fraction of the run (5% unless told)
-    warmup_fraction = 0.05 if warmup is None or not steps else min(0.5, warmup / steps)
-    model.to(device)
-    before = complete(model, data.tokenizer, "", max_new_tokens=min(30, context - 1), temperature=1.0, seed=seed)
-    quiet = getattr(args, "no_progress", False)
-    history = train_lm(model, data, steps=steps, minutes=args.minutes, batch_size=batch_size, lr=peak_lr,
-                       warmup=warmup_fraction,
-                       eval_every=getattr(args, "eval_every", None) or 100, device=device, seed=seed,
-                       log=None if quiet else (lambda m: print(m, flush=True)))
-    valid_ppl = perplexity(model, data.valid)
-    baseline = unigram_perplexity(data.train, data.valid, data.vocab_size)
-    after = complete(model, data.tokenizer, "", max_new_tokens=min(30, context - 1), temperature=0.8, top_k=20,
-                     seed=seed)
-    print(f"sample at step 0: {before!r}", flush=True)
-    print(f"sample after training: {after!r}", flush=True)
-    path = save_lm(out / "lm.pt", model, data.tokenizer,
-                   extra={"corpus": corpus.name, "steps": len(history["step"]), "seconds": history["seconds"][-1],
-                          "valid_perplexity": valid_ppl, "unigram_perplexity": baseline})
-    print(f"checkpoint: {path}", flush=True)
-    print(json.dumps({"task": "lm", "corpus": corpus.name, "train_tokens": data.train.numel(),
-                      "valid_tokens": data.valid.numel(), "vocab_size": data.vocab_size,
-                      "valid_perplexity": round(valid_ppl, 3), "unigram_perplexity": round(baseline, 3),
-                      "steps": len(history["step"]), "seconds": round(history["seconds"][-1], 1),
-                      "device": str(device), "checkpoint": str(path)}), flush=True)
-    return 0
+def update_lm_extra(path: str | os.PathLike, **values) -> None:
+    """Add ``values`` to a language-model checkpoint's ``extra``, rewriting it atomically."""
+    check_extra(values)
+    payload = read_lm(path)
+    payload["extra"] = {**payload.get("extra", {}), **values}
+    atomic_save(payload, path)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_int, check_probability, check_tokens
+from ._validate import check_positive_int, check_probability, check_tokens
 from .cache import DecoderCache, causal_mask_with_offset
 from .decoder import Decoder
 from .encoder import Encoder

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_dtype, check_positive_int
+from ._validate import check_dtype, check_positive_int
 
 __all__ = ["LayerNorm", "layer_norm"]
 

@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_features, check_positive_int
+from ._validate import check_features, check_positive_int
 
 __all__ = ["sinusoidal_table", "SinusoidalPositionalEncoding", "LearnedPositionalEncoding"]
 

@@ -79,6 +79,8 @@ def quiz_chapters() -> list[str]:
     """The chapters that have a quiz, e.g. ``['00', '01', ...]``."""
     import pkgutil
 
+    # An arrow up on purpose: quizzes/chNN.py are data written with this module's Question; this loader only
+    # lists them (a package of questions is the course's format for them, one file a chapter).
     from . import quizzes
 
     return sorted(m.name[2:] for m in pkgutil.iter_modules(quizzes.__path__) if re.fullmatch(r"ch\d{2}", m.name))

@@ -2,9 +2,10 @@
 
 The package ships, for each recipe the chapters train (``reverse`` and ``numbers`` in chapter 10,
 ``sentences`` in chapter 11), the training loss and a validation metric against the step for several seeds,
-a few KB of JSON under ``tfm_lesson/data/reference/``. One command regenerates a file:
+a few KB of JSON under ``tfm_lesson/data/reference/``. One command reruns them (into a new file; copy it over
+the shipped one in a checkout to update the package):
 
-    python -m tfm_lesson.reference --task reverse            # seeds 0 1 2, on this machine's CPU/GPU
+    python -m tfm_lesson.reference --task reverse            # seeds 0 1 2: runs/reference/reverse.json
 
 and one call compares a run of yours with the band those seeds span:
 
@@ -17,24 +18,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from importlib import resources
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
-__all__ = ["RECIPES", "reference_run", "load_reference", "compare_to_reference", "Verdict", "main"]
+from .recipes import RECIPES as _RECIPES
 
-# The recipes the chapters train with (model size, optimiser settings, steps); seed 0 is the chapter's run.
+__all__ = ["RECIPES", "reference_run", "load_reference", "compare_to_reference", "Verdict", "main",
+           "build_parser", "default_out"]
+
+# The chapters' recipes (tfm_lesson.recipes) with what the reference records: the metric, the window of the loss
+# means, the evaluations. Seed 0 is the chapter's run.
 RECIPES: dict[str, dict] = {
-    "reverse": dict(chapter=10, metric="exact_match", every=10,
-                    model=dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0),
-                    train=dict(steps=600, batch_size=128, warmup=100, peak_lr=3e-3, eval_every=100)),
-    "numbers": dict(chapter=10, metric="exact_match", every=10,
-                    model=dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0),
-                    train=dict(steps=400, batch_size=128, warmup=100, peak_lr=3e-3, eval_every=100)),
-    "sentences": dict(chapter=11, metric="bleu", every=10,
-                      model=dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1),
-                      train=dict(steps=500, batch_size=64, warmup=200, peak_lr=2e-3, eval_every=100)),
+    task: dict(chapter=_RECIPES[task]["chapter"], metric=metric, every=10, model=dict(_RECIPES[task]["model"]),
+               train=dict(_RECIPES[task]["train"], eval_every=100))
+    for task, metric in (("reverse", "exact_match"), ("numbers", "exact_match"), ("sentences", "bleu"))
 }
 
 
@@ -231,22 +231,58 @@ def _draw(ref, mine, lo, hi, lo_b, hi_b, task, ax):
     return fig if fig is not None else ax.figure
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def default_out(task: str) -> Path:
+    """Where ``python -m tfm_lesson.reference --task TASK`` writes unless told: ``runs/reference/TASK.json``,
+    beside the user's runs; the shipped file (``tfm_lesson/data/reference/TASK.json``) is never written over."""
+    return Path("runs") / "reference" / f"{task}.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tfm_lesson.reference",
                                      description="Regenerate the reference runs that compare_to_reference uses.")
     parser.add_argument("--task", required=True, choices=sorted(RECIPES))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="at least three (default 0 1 2)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    parser.add_argument("--out", type=Path, default=None, help="default: the package's data/reference/TASK.json")
+    parser.add_argument("--out", type=Path, default=None, help="default: runs/reference/TASK.json (the package's "
+                        "shipped files are never written over)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the file already at --out")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check the flags and --out, train the recipe once per seed, refuse non-finite results, then write."""
+    from ._io import atomic_open, check_writable_file
+    from .device import parse_device
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     if len(set(args.seeds)) < 3:
         parser.error("give at least three distinct seeds: a band needs several runs")
-    ref = reference_run(args.task, args.seeds, args.device)
-    out = args.out or _path(args.task)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(ref, separators=(",", ":")) + "\n")
+    if min(args.seeds) < 0:
+        parser.error(f"--seeds must be >= 0, got {min(args.seeds)}")
+    try:
+        parse_device(args.device)
+    except ValueError as err:
+        parser.error(f"--device: {err}")
+    try:
+        out = check_writable_file(args.out or default_out(args.task), args.overwrite)
+    except ValueError as err:
+        parser.error(f"--out {err}")
+    from .runstate import TrainingDiverged
+
+    try:
+        ref = reference_run(args.task, args.seeds, args.device)
+    except TrainingDiverged as err:
+        print(f"error: {err}: nothing written", file=sys.stderr)
+        return 3
+    if not all(math.isfinite(x) for run in ref["runs"] for x in (*run["loss"], *run["valid_loss"])):
+        print("error: a reference run's loss is not finite: nothing written", file=sys.stderr)
+        return 3
+    with atomic_open(out, "w") as fh:
+        fh.write(json.dumps(ref, separators=(",", ":")) + "\n")
     print(f"wrote {out} ({out.stat().st_size} bytes)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

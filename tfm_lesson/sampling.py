@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["filter_top_k", "filter_top_p", "sample_next", "check_sampling"]
+__all__ = ["filter_top_k", "filter_top_p", "next_token_probs", "sample_next", "check_sampling"]
 
 
 def _check_logits(logits: object) -> Tensor:
@@ -85,6 +85,21 @@ def filter_top_p(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(probs < bar, float("-inf"))
 
 
+def next_token_probs(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None) -> Tensor:
+    """The distribution the next token is drawn from: logits ``(..., vocab)`` divided by ``temperature``,
+    filtered by ``top_k`` then ``top_p``, softmax -> probabilities ``(..., vocab)`` (float32).
+    ``temperature == 0`` is greedy: all the mass on the argmax."""
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float()
+    z = logits.float() / temperature
+    if top_k is not None:
+        z = filter_top_k(z, top_k)
+    if top_p is not None:
+        z = filter_top_p(z, top_p)
+    return z.softmax(dim=-1)
+
+
 def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                 generator: torch.Generator | None = None) -> Tensor:
     """Pick one token per row. logits ``(batch, vocab)`` -> ids ``(batch,)`` (``torch.long``).
@@ -100,10 +115,5 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
     check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)  # (batch,)
-    logits = logits.float() / temperature
-    if top_k is not None:
-        logits = filter_top_k(logits, top_k)
-    if top_p is not None:
-        logits = filter_top_p(logits, top_p)
-    probs = logits.softmax(dim=-1)  # (batch, vocab)
+    probs = next_token_probs(logits, temperature, top_k, top_p)  # (batch, vocab)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (batch,)

@@ -4,11 +4,13 @@
     python -m tfm_lesson.train --tsv fra.txt --minutes 20 --out runs/fra
     python -m tfm_lesson.train --resume runs/fra/model.pt          # continue a stopped run
     torchrun --nproc_per_node=2 -m tfm_lesson.train --task copy --steps 100     # DistributedDataParallel
-    python -m tfm_lesson.train --task lm --minutes 2               # a GPT language model (tfm_lesson.lm.main_lm);
+    python -m tfm_lesson.train --task lm --minutes 2               # a GPT language model (tfm_lesson.lm);
     python -m tfm_lesson.train --text my_book.txt --minutes 5      # ... on your own text: OUT/lm.pt (default runs/lm)
 
 Each task starts from its recipe, the settings measured for it (flags override them). Every flag and the
-output folder are checked before training starts. The run is saved to OUT/model.pt (atomically) every
+output folder are checked before training starts; a flag that only the other kind of run (translation or
+language model) reads is refused. Both kinds keep the same contract. The run is saved to OUT/model.pt
+(a language model: OUT/lm.pt) atomically every
 --save-every steps and at the end; Ctrl-C or SIGTERM saves and stops, and --resume continues the run
 exactly where it stopped. A run whose loss becomes NaN or infinite stops with exit status 3 and leaves
 the last good checkpoint as it was.
@@ -28,43 +30,45 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Sequence
 
 import torch
 
+from ._io import inside_package
+from .recipes import RECIPES as _RECIPES
+
 TASKS = ("copy", "reverse", "sort", "numbers", "sentences")
 
-# The settings each task starts from: those its chapter trains with (chapter 10: reverse and numbers, chapter 11:
-# sentences; README quotes what they reached). copy and sort take reverse's, "tsv" (--tsv files) takes
-# sentences' with 1000 steps. "steps" applies when neither --steps nor --minutes is given.
-_TOY = dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0, batch_size=128, warmup=100, peak_lr=3e-3,
-            steps=600, beam=1)
-RECIPES: dict[str, dict] = {
-    "copy": dict(_TOY),
-    "reverse": dict(_TOY),
-    "sort": dict(_TOY),
-    "numbers": dict(_TOY, steps=250),
-    "sentences": dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1, batch_size=64, warmup=200,
-                      peak_lr=2e-3, steps=500, beam=4),
-    "tsv": dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1, batch_size=64, warmup=200, peak_lr=2e-3,
-                steps=1000, beam=4),
-}
+# The settings each task starts from: tfm_lesson.recipes, flattened (the model's and the run's settings side by
+# side). "steps" applies when neither --steps nor --minutes is given.
+RECIPES: dict[str, dict] = {name: {**r["model"], **r["train"], "beam": r["beam"]} for name, r in _RECIPES.items()}
+LM_FALLBACKS = dict(seed=0, clip=1.0, warmup=None)
 RECIPE_KEYS = ("d_model", "heads", "layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "beam")
 # What defines a run: a resumed run keeps these (a different value on the command line is refused).
 RUN_KEYS = ("task", "tsv", "tokenizer", "lower", "max_pairs", "max_len", "seed", "d_model", "heads", "layers",
             "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "smoothing", "clip", "amp")
 DEFAULT_OUT = Path("runs/model")
+SAVE_EVERY = 250  # --save-every, when not given
+EVAL_LIMIT = 200  # --eval-limit, when not given
 
 
 def _recipe_table() -> str:
     rows = ["recipes (--task X starts from these; flags override them):",
             "  task       d_model heads layers d_ff dropout batch warmup peak-lr steps beam"]
     for name, r in RECIPES.items():
+        if name == "lm":
+            continue
         label = "--tsv" if name == "tsv" else name
         rows.append(f"  {label:<10} {r['d_model']:>7} {r['heads']:>5} {r['layers']:>6} {r['d_ff']:>4} "
                     f"{r['dropout']:>7} {r['batch_size']:>5} {r['warmup']:>6} {r['peak_lr']:>7g} {r['steps']:>5} "
                     f"{r['beam']:>4}")
     rows.append("  (steps: when neither --steps nor --minutes is given; --minutes alone trains until the time is up;")
     rows.append("   copy and sort use reverse's settings, measured on reverse)")
+    lm = RECIPES["lm"]
+    rows.append(f"  --task lm / --text: vocab-size {lm['vocab_size']}, context {lm['context']}, "
+                f"d_model {lm['d_model']}, "
+                f"heads {lm['heads']}, layers {lm['layers']}, d_ff {lm['d_ff']}, batch {lm['batch_size']}, "
+                f"peak-lr {lm['peak_lr']:g}, steps {lm['steps']}")
     return "\n".join(rows)
 
 
@@ -101,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-amp", dest="amp", action="store_false", default=None,
                    help="on a GPU, train in float32 (no bf16/fp16 autocast)")
     p.add_argument("--eval-every", type=int, default=None, help="evaluate on the valid split every N steps")
-    p.add_argument("--eval-limit", type=int, default=200, help="valid pairs decoded at each evaluation")
-    p.add_argument("--save-every", type=int, default=250, help="save the run every N steps (default 250)")
+    p.add_argument("--eval-limit", type=int, default=None, help="valid pairs decoded at each evaluation (default 200)")
+    p.add_argument("--save-every", type=int, default=None, help="save the run every N steps (default 250)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1 for small models on "
                    "the CPU, else torch's choice)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: cuda when present)")
@@ -134,30 +138,90 @@ def _finite(p: argparse.ArgumentParser, flag: str, value, low: float, high: floa
         p.error(f"{flag} must be a finite number {rng}, got {value}")
 
 
+# ----------------------------------------------------------------------- what every trainer's command line checks
+# Flags that only one kind of run reads: the other kind refuses them rather than ignore them.
+LM_ONLY = {"--vocab-size": "vocab_size", "--context": "context"}
+TRANSLATION_ONLY = {"--tokenizer": "tokenizer", "--lower": "lower", "--max-pairs": "max_pairs", "--max-len": "max_len",
+                    "--smoothing": "smoothing", "--beam": "beam", "--no-amp": "amp", "--eval-limit": "eval_limit",
+                    "--test-limit": "test_limit"}
+
+
+def refuse_foreign(args: argparse.Namespace, p: argparse.ArgumentParser, flags: dict[str, str], kind: str) -> None:
+    """A usage error for each flag of ``flags`` that was given: they belong to ``kind`` of run."""
+    given = [flag for flag, key in flags.items() if getattr(args, key, None) is not None]
+    if given:
+        p.error(f"{', '.join(given)}: only for {kind}; this run does not read {'it' if len(given) == 1 else 'them'}")
+
+
+def check_common(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+    """The flags every trainer reads: counts >= 1, a finite positive --minutes."""
+    for flag, key in (("--eval-every", "eval_every"), ("--eval-limit", "eval_limit"), ("--save-every", "save_every"),
+                      ("--threads", "threads"), ("--test-limit", "test_limit"), ("--steps", "steps")):
+        _positive_int(p, flag, getattr(args, key, None))
+    _finite(p, "--minutes", getattr(args, "minutes", None), 0.0, low_open=True)
+
+
+def resumed_run(args: argparse.Namespace, p: argparse.ArgumentParser, read, file_name: str, run_keys: Sequence[str],
+                path_keys: Sequence[str] = ()) -> dict:
+    """The settings of the run ``--resume`` names (read with ``read``), once sure the command line does not
+    contradict them and that ``--steps`` asks for more steps than the run has taken. Usage errors exit 2."""
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    if args.resume.is_dir():  # a run's folder: its checkpoint
+        args.resume = args.resume / file_name
+    try:
+        payload = read(args.resume)
+    except (OSError, ValueError) as err:
+        p.error(f"--resume: {err}")
+    if not isinstance(payload.get("training"), dict) or "run" not in payload.get("extra", {}):
+        p.error(f"--resume: {args.resume} holds a model but no run to continue (it was not saved by "
+                "python -m tfm_lesson.train)")
+    saved = dict(payload["extra"]["run"])
+    for key in run_keys:
+        if key in given and key not in path_keys and given[key] != saved.get(key):
+            p.error(f"--{key.replace('_', '-')} {given[key]} differs from the run being resumed "
+                    f"({saved.get(key)}); a resumed run keeps its settings")
+    for key in path_keys:
+        if key in given and str(given[key].resolve()) != saved.get(key):
+            p.error(f"--{key} {given[key]} differs from the run being resumed ({saved.get(key)})")
+    done = int(payload["training"].get("step", 0))
+    if "steps" in given and given["steps"] <= done:
+        p.error(f"--steps {given['steps']}: the run in {args.resume} has already taken {done} steps (--steps counts "
+                f"from the run's start); give more than {done} to continue it")
+    return saved
+
+
+def guarded(train_run: Callable[[], object], p: argparse.ArgumentParser, path: Path, resume: Path | None,
+            say: Callable[[str], None], main_process: bool = True) -> int:
+    """Run ``train_run()`` under the run contract's exit statuses: 0 when it finishes; 130 (Ctrl-C) or 143
+    (SIGTERM) after saving, with the command that continues the run; 3 when the loss diverged (the last good
+    checkpoint kept); a clash with the resumed run is a usage error (2)."""
+    from .runstate import TrainingDiverged, TrainingInterrupted
+
+    try:
+        train_run()
+    except TrainingInterrupted as stop:
+        say(f"stopped by {stop.signal_name} after step {stop.step}: the run is saved in {path}\n"
+            f"continue it with: python -m tfm_lesson.train --resume {path}")
+        return 130 if stop.signal_name == "SIGINT" else 143
+    except TrainingDiverged as err:
+        if main_process:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+        return 3
+    except ValueError as err:
+        if not str(err).startswith("resume:"):
+            raise
+        p.error(f"--resume {resume}: {str(err)[len('resume: '):]}")  # other data or settings
+    return 0
+
+
 def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
     """The run's settings: command line > the resumed run's > the task's recipe > defaults. Usage errors exit 2."""
     given = {k: v for k, v in vars(args).items() if v is not None}
     saved: dict = {}
     if args.resume is not None:
-        from .training import read_checkpoint
+        from .checkpoint import read_checkpoint
 
-        if args.resume.is_dir():  # a run's folder: its checkpoint
-            args.resume = args.resume / "model.pt"
-
-        try:
-            payload = read_checkpoint(args.resume)
-        except (OSError, ValueError) as err:
-            p.error(f"--resume: {err}")
-        if not isinstance(payload.get("training"), dict) or "run" not in payload.get("extra", {}):
-            p.error(f"--resume: {args.resume} holds a model but no run to continue (it was not saved by "
-                    "python -m tfm_lesson.train)")
-        saved = dict(payload["extra"]["run"])
-        for key in RUN_KEYS:
-            if key in given and key != "tsv" and given[key] != saved.get(key):
-                p.error(f"--{key.replace('_', '-')} {given[key]} differs from the run being resumed "
-                        f"({saved.get(key)}); a resumed run keeps its settings")
-        if "tsv" in given and str(given["tsv"].resolve()) != saved.get("tsv"):
-            p.error(f"--tsv {given['tsv']} differs from the run being resumed ({saved.get('tsv')})")
+        saved = resumed_run(args, p, read_checkpoint, "model.pt", RUN_KEYS, path_keys=("tsv",))
     elif args.task is None and args.tsv is None:
         p.error("give --task or --tsv (what to train on), or --resume CHECKPOINT")
     task = saved.get("task", args.task)
@@ -181,10 +245,7 @@ def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
                       ("--batch-size", "batch_size"), ("--warmup", "warmup"), ("--beam", "beam"), ("--steps", "steps"),
                       ("--max-pairs", "max_pairs")):
         _positive_int(p, flag, run[key])
-    for flag, value in (("--eval-every", args.eval_every), ("--eval-limit", args.eval_limit),
-                        ("--save-every", args.save_every), ("--threads", args.threads),
-                        ("--test-limit", args.test_limit)):
-        _positive_int(p, flag, value)
+    check_common(args, p)
     if run["d_model"] % run["heads"]:
         p.error(f"--d-model {run['d_model']} must be divisible by --heads {run['heads']} (d_k = d_model / heads)")
     if run["max_len"] < 2:
@@ -200,12 +261,13 @@ def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
         p.error(f"--tsv {args.tsv}: no such file")
     if args.task is not None and (args.tokenizer or args.lower or args.max_pairs):
         p.error("--tokenizer, --lower and --max-pairs are for --tsv files")
+    refuse_foreign(args, p, LM_ONLY, "a language model (--task lm, --text)")
     return run
 
 
 def check_device(value: str | None, p: argparse.ArgumentParser) -> torch.device | None:
     """The device asked for, if this machine has it (and, under torchrun, one GPU per process)."""
-    from .training import distributed_info, distributed_plan, parse_device
+    from .device import distributed_info, distributed_plan, parse_device
 
     if value is None:
         return None
@@ -220,11 +282,15 @@ def check_device(value: str | None, p: argparse.ArgumentParser) -> torch.device 
     return device
 
 
-def check_out(out: Path, resume: Path | None, overwrite: bool, p: argparse.ArgumentParser) -> Path:
-    """OUT/model.pt, once sure it can be written and replaces no run unasked."""
+def check_out(out: Path, resume: Path | None, overwrite: bool, p: argparse.ArgumentParser,
+              file_name: str = "model.pt") -> Path:
+    """OUT/``file_name``, once sure it can be written and replaces no run unasked."""
+    if inside_package(out):
+        p.error(f"--out {out} is inside the tfm_lesson package, whose files are shipped: write elsewhere "
+                "(e.g. runs/)")
     if out.exists() and not out.is_dir():
-        p.error(f"--out {out} is a file; --out names a folder (the run is saved as {out}/model.pt)")
-    target = out / "model.pt"
+        p.error(f"--out {out} is a file; --out names a folder (the run is saved as {out}/{file_name})")
+    target = out / file_name
     if target.is_dir():
         p.error(f"--out: {target} is a folder; the run is saved as the file {target}")
     if target.exists() and not overwrite:
@@ -288,16 +354,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # Other kinds of runs (tasks that are not translation) dispatch here, before the translation run below.
-    if args.task == "lm" or args.text is not None:  # a decoder-only language model
-        from .lm import main_lm
-
-        return main_lm(args, parser)
+    if args.task == "lm" or args.text is not None or _resumes_an_lm(args.resume):  # a decoder-only language model
+        return train_language_model(args, parser)
     return train_translation(args, parser)
 
 
+def _resumes_an_lm(resume: Path | None) -> bool:
+    """Does ``--resume`` name a language-model run (``lm.pt``, or a folder holding one)?"""
+    if resume is None:
+        return False
+    from .lm import read_lm
+
+    path = resume / "lm.pt" if resume.is_dir() and not (resume / "model.pt").exists() else resume
+    try:
+        read_lm(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def train_translation(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .training import (TrainingDiverged, TrainingInterrupted, distributed_info, evaluate, load_checkpoint,
-                           make_model, train, update_checkpoint_extra)
+    from .training import distributed_info, evaluate, load_checkpoint, make_model, train, update_checkpoint_extra
 
     run = resolve(args, parser)
     device = check_device(args.device, parser)
@@ -330,32 +407,21 @@ def train_translation(args: argparse.Namespace, parser: argparse.ArgumentParser)
                                                                     if run["minutes"] else [])
     plan = " or ".join(limits)
     say(f"training: {plan}, batch {run['batch_size']}, warmup {run['warmup']}, peak lr {run['peak_lr']:g}; "
-        f"saved to {path} every {args.save_every} steps")
+        f"saved to {path} every {args.save_every or SAVE_EVERY} steps")
     start = time.perf_counter()
-    status = 0
     result = None
-    try:
-        history = train(model, data, steps=run["steps"], minutes=run["minutes"], batch_size=run["batch_size"],
-                        warmup=run["warmup"], peak_lr=run["peak_lr"], smoothing=run["smoothing"],
-                        clip=run["clip"] or None, device=device, eval_every=args.eval_every,
-                        eval_limit=args.eval_limit, seed=run["seed"], amp=run["amp"], progress=not args.no_progress,
-                        log=lambda msg: print(msg, flush=True),
-                        threads=args.threads if args.threads is not None else "auto", checkpoint=path,
-                        save_every=args.save_every, resume=args.resume,
-                        checkpoint_extra={"task": data.name, "run": run})
-    except TrainingInterrupted as stop:
-        say(f"stopped by {stop.signal_name} after step {stop.step}: the run is saved in {path}\n"
-            f"continue it with: python -m tfm_lesson.train --resume {path}")
-        status = 130 if stop.signal_name == "SIGINT" else 143
-    except TrainingDiverged as err:
-        if main_process:
-            print(f"error: {err}", file=sys.stderr, flush=True)
-        status = 3
-    except ValueError as err:
-        if not str(err).startswith("resume:"):
-            raise
-        parser.error(f"--resume {args.resume}: {str(err)[len('resume: '):]}")  # other data or settings
+    save_every = args.save_every or SAVE_EVERY
+    histories: list[dict] = []
+    status = guarded(lambda: histories.append(train(
+        model, data, steps=run["steps"], minutes=run["minutes"], batch_size=run["batch_size"], warmup=run["warmup"],
+        peak_lr=run["peak_lr"], smoothing=run["smoothing"], clip=run["clip"] or None, device=device,
+        eval_every=args.eval_every, eval_limit=args.eval_limit or EVAL_LIMIT, seed=run["seed"], amp=run["amp"],
+        progress=not args.no_progress, log=lambda msg: print(msg, flush=True),
+        threads=args.threads if args.threads is not None else "auto", checkpoint=path, save_every=save_every,
+        resume=args.resume, checkpoint_extra={"task": data.name, "run": run})), parser, path, args.resume, say,
+        main_process)
     if status == 0:
+        history = histories[0]
         seconds = time.perf_counter() - start
         in_sync = ranks_in_sync(model)
         if main_process:
@@ -378,6 +444,129 @@ def train_translation(args: argparse.Namespace, parser: argparse.ArgumentParser)
     if result is not None:
         print(json.dumps(result), flush=True)
     return status
+
+
+# ------------------------------------------------------------------------------------------ a language model
+# The settings of a --task lm / --text run that a resumed run keeps (a different value on the command line is refused).
+LM_RUN_KEYS = ("task", "text", "vocab_size", "context", "d_model", "heads", "layers", "d_ff", "dropout", "batch_size",
+               "peak_lr", "warmup", "clip", "seed")
+LM_OUT = Path("runs/lm")
+
+
+def resolve_lm(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
+    """A language-model run's settings: command line > the resumed run's > the recipe. Usage errors exit 2."""
+    refuse_foreign(args, p, TRANSLATION_ONLY, "translation runs (--task copy|reverse|sort|numbers|sentences, --tsv)")
+    check_common(args, p)
+    from .lm import read_lm
+
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    saved = resumed_run(args, p, read_lm, "lm.pt", LM_RUN_KEYS, path_keys=("text",)) if args.resume else {}
+    recipe = RECIPES["lm"]
+    run = {"task": "lm", "text": saved.get("text", str(args.text.resolve()) if args.text else None)}
+    for key in LM_RUN_KEYS[2:]:
+        run[key] = saved[key] if key in saved else given.get(key, recipe.get(key, LM_FALLBACKS.get(key)))
+    if args.resume is not None:
+        if "steps" in given and saved.get("steps") is not None and given["steps"] != saved["steps"]:
+            p.error(f"--steps {given['steps']} differs from the run being resumed ({saved['steps']}): a language "
+                    "model's learning rate (warm-up, then cosine decay) is laid out over its --steps, so a resumed "
+                    "run keeps them")
+        run["steps"], run["minutes"] = saved.get("steps"), given.get("minutes", saved.get("minutes"))
+    else:
+        run["steps"] = given.get("steps", None if "minutes" in given else recipe["steps"])
+        run["minutes"] = given.get("minutes")
+    if run["vocab_size"] < 256:
+        p.error(f"--vocab-size must be at least 256 (the byte alphabet), got {run['vocab_size']}")
+    if run["context"] < 2:
+        p.error(f"--context must be at least 2, got {run['context']}")
+    for flag, key in (("--d-model", "d_model"), ("--heads", "heads"), ("--layers", "layers"), ("--d-ff", "d_ff"),
+                      ("--batch-size", "batch_size")):
+        _positive_int(p, flag, run[key])
+    if run["d_model"] % run["heads"]:
+        p.error(f"--d-model {run['d_model']} must be divisible by --heads {run['heads']}")
+    if run["warmup"] is not None and run["warmup"] < 0:
+        p.error(f"--warmup must be >= 0, got {run['warmup']}")
+    if run["seed"] < 0:
+        p.error(f"--seed must be >= 0, got {run['seed']}")
+    _finite(p, "--dropout", run["dropout"], 0.0, 1.0)
+    _finite(p, "--peak-lr", run["peak_lr"], 0.0, low_open=True)
+    _finite(p, "--clip", run["clip"], 0.0)
+    return run
+
+
+def train_language_model(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--task lm`` / ``--text FILE`` / ``--resume OUT/lm.pt``: train a GPT under the same contract as a
+    translation run, print samples and held-out perplexity; the last line of stdout is a JSON summary."""
+    from .data.corpus import load_corpus
+    from .gpt import GPT, GPTConfig
+    from .lm import (complete, load_lm, perplexity, prepare_lm_data, train_lm, unigram_perplexity,
+                     update_lm_extra)
+
+    run = resolve_lm(args, parser)
+    device = check_device(args.device, parser) or _default_device()
+    out = args.out or (args.resume.parent if args.resume is not None else LM_OUT)
+    path = check_out(out, args.resume, args.overwrite, parser, "lm.pt")
+    try:
+        corpus = load_corpus(path=Path(run["text"]) if run["text"] else None)
+    except (FileNotFoundError, ValueError) as exc:
+        parser.error(f"--text: {exc}")
+    saved = load_lm(args.resume, device="cpu") if args.resume is not None else None
+    torch.manual_seed(run["seed"])
+    data = prepare_lm_data(corpus, vocab_size=run["vocab_size"], tokenizer=saved.tokenizer if saved else None)
+    print(f"corpus: {corpus!r}", flush=True)
+    print(f"tokens: {data!r}", flush=True)
+    context = run["context"]
+    if data.train.numel() < context + 1 or data.valid.numel() < context + 1:
+        parser.error(f"the text is too short for --context {context}: {data.train.numel()} training and "
+                     f"{data.valid.numel()} validation tokens; give more text or a smaller --context")
+    model = saved.model if saved else GPT(GPTConfig(
+        vocab_size=data.vocab_size, context=context, d_model=run["d_model"], heads=run["heads"], d_ff=run["d_ff"],
+        num_layers=run["layers"], dropout=run["dropout"]))
+    print(f"model: d_model={run['d_model']} heads={run['heads']} layers={run['layers']} d_ff={run['d_ff']} "
+          f"context={context} parameters={sum(p.numel() for p in model.parameters())}", flush=True)
+    steps, save_every = run["steps"], args.save_every or SAVE_EVERY
+    # --warmup counts steps; train_lm takes the fraction of the run (5% unless told)
+    warmup = 0.05 if run["warmup"] is None or not steps else min(0.5, run["warmup"] / steps)
+    plan = " or ".join(([f"{steps} steps"] if steps else []) + ([f"{run['minutes']:g} minutes"] if run["minutes"]
+                                                                else []))
+    print(f"training: {plan}, batch {run['batch_size']}, peak lr {run['peak_lr']:g}; saved to {path} every "
+          f"{save_every} steps", flush=True)
+    model.to(device)
+    sample = dict(max_new_tokens=min(30, context - 1), seed=run["seed"])
+    before = complete(model, data.tokenizer, "", temperature=1.0, **sample) if saved is None else None
+    quiet = args.no_progress
+    if saved is not None and quiet:  # (train_lm says it itself when it logs)
+        print(f"resumed at step {saved.extra.get('steps')} from {args.resume}", flush=True)
+    histories: list[dict] = []
+    status = guarded(lambda: histories.append(train_lm(
+        model, data, steps=steps, minutes=run["minutes"], batch_size=run["batch_size"], lr=run["peak_lr"],
+        warmup=warmup, clip=run["clip"] or None, eval_every=args.eval_every or 100, device=device, seed=run["seed"],
+        threads=args.threads if args.threads is not None else "auto",
+        log=None if quiet else (lambda m: print(m, flush=True)), checkpoint=path, save_every=save_every,
+        resume=args.resume, checkpoint_extra={"corpus": corpus.name, "run": run})), parser, path, args.resume,
+        lambda m: print(m, flush=True))
+    if status:
+        return status
+    history = histories[0]
+    valid_ppl = perplexity(model, data.valid)
+    baseline = unigram_perplexity(data.train, data.valid, data.vocab_size)
+    after = complete(model, data.tokenizer, "", temperature=0.8, top_k=20, **sample)
+    if before is not None:
+        print(f"sample at step 0: {before!r}", flush=True)
+    print(f"sample after training: {after!r}", flush=True)
+    update_lm_extra(path, valid_perplexity=valid_ppl, unigram_perplexity=baseline)
+    print(f"checkpoint: {path}", flush=True)
+    print(json.dumps({"task": "lm", "corpus": corpus.name, "train_tokens": data.train.numel(),
+                      "valid_tokens": data.valid.numel(), "vocab_size": data.vocab_size,
+                      "valid_perplexity": round(valid_ppl, 3), "unigram_perplexity": round(baseline, 3),
+                      "steps": len(history["step"]), "seconds": round(history["seconds"][-1], 1),
+                      "device": str(device), "checkpoint": str(path)}), flush=True)
+    return 0
+
+
+def _default_device() -> torch.device:
+    from .device import default_device
+
+    return default_device()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
         p.error(f"--alpha must be a finite number >= 0, got {args.alpha}")
     from .decoding import translate
-    from .training import load_checkpoint, parse_device
+    from .checkpoint import load_checkpoint
+    from .device import parse_device
 
     try:
         device = parse_device(args.device) if args.device is not None else None

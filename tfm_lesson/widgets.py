@@ -477,16 +477,10 @@ def _token_names(vocab, ids: Sequence[int]) -> list[str]:
 
 def _greedy(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_len: int) -> list[int]:
     """The model's own greedy output (ids after BOS, EOS excluded): the target when none is typed."""
-    memory = model.encode(src)
-    src_mask = model.make_src_mask(src)
-    ys = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)
-    for _ in range(max_len):
-        logits = model.generator(model.decode(ys, memory, src_mask)[:, -1])  # (1, tgt_vocab)
-        nxt = int(logits.argmax(-1))
-        if nxt == eos_id:
-            break
-        ys = torch.cat([ys, torch.full((1, 1), nxt, dtype=torch.long, device=src.device)], dim=1)
-    return ys[0, 1:].tolist()
+    from .decoding import greedy_decode
+
+    ids = greedy_decode(model, src, max_len, bos_id, eos_id)[0, 1:].tolist()
+    return ids[: ids.index(eos_id)] if eos_id in ids else ids
 
 
 KIND_LABELS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (masked)",
@@ -664,16 +658,9 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
 # chapter 14: sampling from a language model
 def _sampling_probs(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
     """The distribution the next token is drawn from (temperature, then top-k, then top-p), ``(vocab,)``."""
-    from .sampling import filter_top_k, filter_top_p
+    from .sampling import next_token_probs
 
-    if temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(), logits.numel()).float()
-    z = logits.float()[None] / temperature
-    if top_k is not None:
-        z = filter_top_k(z, top_k)
-    if top_p is not None:
-        z = filter_top_p(z, top_p)
-    return z.softmax(-1)[0]
+    return next_token_probs(logits[None], temperature, top_k, top_p)[0]
 
 
 def sampling_widget(model: nn.Module, tokenizer, prompt: str = "The", max_new_tokens: int = 40, seed: int = 0,

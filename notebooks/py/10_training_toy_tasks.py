@@ -59,8 +59,9 @@ from tfm_lesson.checks import (check_greedy_decode, check_label_smoothing_loss, 
                                check_shift_targets, check_train_step, yours_or_reference)
 from tfm_lesson.data import batches, encode_batch, load_task
 from tfm_lesson.decoding import greedy_decode, translate
-from tfm_lesson.training import (LabelSmoothingLoss, compare_to_reference, cpu_threads, evaluate, make_model,
-                                 train)
+from tfm_lesson.recipes import RECIPES
+from tfm_lesson.reference import compare_to_reference
+from tfm_lesson.training import LabelSmoothingLoss, cpu_threads, evaluate, make_model, train
 
 T.seed_everything(0)
 device = T.default_device()
@@ -450,11 +451,11 @@ def train_loop(model, data, steps, batch_size, warmup, peak_lr, smoothing=0.1, c
 
 # %%
 T.seed_everything(0)
-model_a = make_model(data.src_vocab, data.tgt_vocab, d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0)
+model_a = make_model(data.src_vocab, data.tgt_vocab, **RECIPES["reverse"]["model"])
 model_b = copy.deepcopy(model_a)
-theirs = train(model_a, dataclasses.replace(data, valid=[]), steps=20, batch_size=128, warmup=100, peak_lr=3e-3,
+theirs = train(model_a, dataclasses.replace(data, valid=[]), **dict(RECIPES["reverse"]["train"], steps=20),
                device=device, seed=0, amp=False, progress=False)
-yours = train_loop(model_b, data, steps=20, batch_size=128, warmup=100, peak_lr=3e-3, seed=0)
+yours = train_loop(model_b, data, **dict(RECIPES["reverse"]["train"], steps=20), seed=0)
 gap = max(abs(a - b) for a, b in zip(theirs["loss"], yours["loss"]))
 
 # %%
@@ -469,7 +470,9 @@ print("your loop == tfm_lesson.training.train, first 20 losses within 1e-6:",
 # about 0.17 M parameters instead of the paper's 65 M. No dropout (the task is noiseless and the data
 # plentiful), label smoothing 0.1, batches of 128, warm-up 100 steps to a peak rate of 0.003, gradients
 # clipped to norm 1, and a **fixed number of steps**, 600, seeded, on one CPU thread, so the run is the same
-# every time on one machine. Your loop prints a line every 100 steps. Another CPU can print slightly different
+# every time on one machine. Your loop prints a line every 100 steps. These settings are the task's **recipe**;
+# the course keeps every task's recipe in one table, `RECIPES` in `tfm_lesson.recipes`, which the cells below,
+# the command line and the reference runs read. Another CPU can print slightly different
 # losses (its arithmetic rounds differently, and 600 steps amplify the difference), and a GPU more so: there
 # the package's `train`, used for the second task below, trains in mixed precision (16-bit floats for most
 # of the arithmetic). The figures quoted below are those of the run stored with this page, on a CPU; what
@@ -477,10 +480,10 @@ print("your loop == tfm_lesson.training.train, first 20 losses within 1e-6:",
 
 # %%
 T.seed_everything(0)
-model = make_model(data.src_vocab, data.tgt_vocab, d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0)
+model = make_model(data.src_vocab, data.tgt_vocab, **RECIPES["reverse"]["model"])
 print("parameters:", T.count_parameters(model))
 start = time.perf_counter()
-history = train_loop(model, data, steps=600, batch_size=128, warmup=100, peak_lr=3e-3, seed=0, report_every=100)
+history = train_loop(model, data, **RECIPES["reverse"]["train"], seed=0, report_every=100)
 train_seconds = time.perf_counter() - start
 print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device.type} "
       f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)")
@@ -552,13 +555,13 @@ print(f"training pairs below 10,000: {small_train} of {len(numbers.train)}; "
 
 # %%
 T.seed_everything(0)
-num_model = make_model(numbers.src_vocab, numbers.tgt_vocab, d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0)
+num_model = make_model(numbers.src_vocab, numbers.tgt_vocab, **RECIPES["numbers"]["model"])
 start = time.perf_counter()
-num_history = train(num_model, numbers, steps=400, batch_size=128, warmup=100, peak_lr=3e-3, eval_every=100,
-                    device=device, seed=0, progress=False)
+num_history = train(num_model, numbers, **RECIPES["numbers"]["train"], eval_every=100, device=device, seed=0,
+                    progress=False)
 num_seconds = time.perf_counter() - start
 num_scores = evaluate(num_model, numbers.test, numbers.src_vocab, numbers.tgt_vocab)
-print(f"trained {400} steps in {num_seconds:.0f} s; test (1000 unseen numbers): exact match "
+print(f"trained {len(num_history['step'])} steps in {num_seconds:.0f} s; test (1000 unseen numbers): exact match "
       f"{num_scores['exact_match']:.1f}%, BLEU {num_scores['bleu']:.1f}")
 small = [(number_words(n, "en"), number_words(n, "fr")) for n in range(100)]
 small_scores = evaluate(num_model, small, numbers.src_vocab, numbers.tgt_vocab)
@@ -663,8 +666,8 @@ widgets.translate_widget(reverse_with_attention, text="4 8 15 16 2 3")
 #
 # ```python
 # T.seed_everything(0)
-# m2 = make_model(data.src_vocab, data.tgt_vocab, d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0)
-# h2 = train_loop(m2, data, steps=600, batch_size=128, warmup=100, peak_lr=3e-3, smoothing=0.0)
+# m2 = make_model(data.src_vocab, data.tgt_vocab, **RECIPES["reverse"]["model"])
+# h2 = train_loop(m2, data, **RECIPES["reverse"]["train"], smoothing=0.0)
 # verdict = compare_to_reference(h2, "reverse"); print(verdict); verdict.figure
 # evaluate(m2, data.test, data.src_vocab, data.tgt_vocab)
 # ```

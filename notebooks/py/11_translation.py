@@ -56,7 +56,9 @@ from tfm_lesson.decoding import beam_search, greedy_decode, length_penalty, sequ
 from tfm_lesson.checks import (check_beam_step, check_corpus_and_mean_bleu, check_length_normalised,
                                yours_or_reference)
 from tfm_lesson.metrics import bleu, chrf, exact_match
-from tfm_lesson.training import compare_to_reference, evaluate, make_model, train
+from tfm_lesson.recipes import RECIPES
+from tfm_lesson.reference import compare_to_reference
+from tfm_lesson.training import evaluate, make_model, train
 
 T.seed_everything(0)
 device = T.default_device()
@@ -124,14 +126,14 @@ print(f"mean length in tokens: English {len(en_words) / len(every):.1f}, French 
 # generator tied to the target embedding; batches of 64 pairs, warm-up 200 steps to a peak rate of 0.002,
 # label smoothing 0.1, 500 steps (a fixed number keeps the run reproducible; it is about 0.7 of one pass over
 # the 46,000 training pairs). `train` prints one line after scoring 200 validation sentences, every 100 steps.
+# These settings are the recipe `RECIPES["sentences"]` (`tfm_lesson.recipes`, the table chapter 10 introduced).
 
 # %%
 T.seed_everything(0)
-model = make_model(data.src_vocab, data.tgt_vocab, d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1)
+model = make_model(data.src_vocab, data.tgt_vocab, **RECIPES["sentences"]["model"])
 print("parameters:", T.count_parameters(model))
 start = time.perf_counter()
-history = train(model, data, steps=500, batch_size=64, warmup=200, peak_lr=2e-3, eval_every=100, device=device,
-                seed=0, progress=False)
+history = train(model, data, **RECIPES["sentences"]["train"], eval_every=100, device=device, seed=0, progress=False)
 train_seconds = time.perf_counter() - start
 print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device.type} "
       f"({platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()})")

@@ -79,7 +79,7 @@ from tfm_lesson.gpt import GPT, GPTConfig
 from tfm_lesson.interop import from_hf, hf_config
 from tfm_lesson.modern import (GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU, interleaved_to_halves,
                                kv_cache_nbytes, swiglu_hidden)
-from tfm_lesson.modern.ablation import VARIANTS, format_summary, load_ablation, plot_ablation, run_ablation, summarise
+from tfm_lesson.ablation import VARIANTS, format_summary, load_ablation, plot_ablation, run_ablation, summarise
 
 tfm_lesson.seed_everything(0)
 device = tfm_lesson.default_device()
@@ -751,7 +751,7 @@ plot_ablation(tiny, title="the tiny ablation: 60 steps per run")
 # model size (2 blocks, $d_{model} = 64$, 4 heads, $d_{ff} = 256$): 21 runs, too long for this page (they ran
 # on one thread of a busy 2-core CPU; the average time per run is printed below). The results ship with the
 # package as a small table;
-# `python -m tfm_lesson.modern ablation` reruns every run and rewrites it.
+# `python -m tfm_lesson.ablation --out my_table.json` reruns every run and writes a new table.
 
 # %%
 full = load_ablation()

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..sampling import filter_top_k, filter_top_p
+from ..sampling import filter_top_k, filter_top_p, next_token_probs
 from ..tokenizer import merge_pair
 from ._harness import Mistake, call, expect, passed
 
@@ -106,14 +106,7 @@ def check_bpe_merge(fn: Callable) -> None:
 
 # --------------------------------------------------------------------------------- next-token probabilities
 def _reference_probs(logits: Tensor, temperature: float, top_k, top_p) -> Tensor:
-    if temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float()
-    z = logits.float() / temperature
-    if top_k is not None:
-        z = filter_top_k(z, top_k)
-    if top_p is not None:
-        z = filter_top_p(z, top_p)
-    return z.softmax(-1)
+    return next_token_probs(logits, temperature, top_k, top_p)
 
 
 def _topk_drops_ties(logits, temperature, top_k, top_p):

@@ -357,7 +357,7 @@ def check_train_step(fn: Callable[..., float]) -> None:
     """``fn(model, src, tgt, optimizer, scheduler, criterion, clip)`` -> the step's loss (float). Three steps on a
     small Transformer, once with SGD + momentum and once with Adam; the parameters after each run must equal
     those of the reference order: shift, forward, loss, backward, clip, optimiser step, schedule step, clear."""
-    from ..training import cpu_threads
+    from ..device import cpu_threads
 
     with cpu_threads(1):  # tiny matrices: one thread is fastest, and the sums come out the same every run
         _check_train_step(fn)
@@ -454,7 +454,7 @@ def check_greedy_decode(fn: Callable[..., Tensor]) -> None:
     """``fn(model, src, max_len, bos_id, eos_id)`` -> ``(batch, 1 + n)`` tokens starting with bos, the most
     probable token at each step, ended rows padded with the model's pad id, stopping when every row ended (or
     after ``max_len`` generated tokens), in eval mode."""
-    from ..training import cpu_threads
+    from ..device import cpu_threads
 
     with cpu_threads(1):
         _check_greedy_decode(fn)

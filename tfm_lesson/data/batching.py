@@ -6,6 +6,7 @@ feeds ``tgt_in = tgt[:, :-1]`` (starts with ``<s>``) and scores predictions agai
 """
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from torch import Tensor
 from ..masks import causal_mask, padding_mask
 from .vocab import Vocab
 
-__all__ = ["Batch", "batches", "batch_order", "make_batch", "encode_batch", "pad_sequences"]
+__all__ = ["Batch", "batches", "batch_order", "make_batch", "encode_batch", "pad_sequences", "BatchStream",
+           "data_fingerprint", "check_fits"]
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = 0, device: torch.device | str | None = None) -> Tensor:
@@ -150,3 +152,63 @@ def batches(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Vocab
     for index in range(start, len(chunks)):
         if index % world_size == rank:
             yield make_batch([pairs[i] for i in chunks[index]], src_vocab, tgt_vocab, device)
+
+
+class BatchStream:
+    """Endless training batches, a new shuffle every epoch (``seed + epoch``). Under ``torchrun`` batch ``i``
+    of an epoch belongs to rank ``i % world`` and only that rank builds it. ``state()`` is where the stream
+    stands (epoch, and the batches of this epoch already taken by all ranks together): a resumed run
+    continues from there with the same batches in the same order."""
+
+    def __init__(self, pairs, src_vocab, tgt_vocab, batch_size: int, seed: int, device: torch.device,
+                 rank: int = 0, world: int = 1, epoch: int = 0, position: int = 0) -> None:
+        self.pairs, self.src_vocab, self.tgt_vocab = pairs, src_vocab, tgt_vocab
+        self.batch_size, self.seed, self.device, self.rank, self.world = batch_size, seed, device, rank, world
+        self.epoch, self.position = epoch, position
+        self._plan: list[list[int]] | None = None
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self):
+        while True:
+            if self._plan is None:
+                self._plan = batch_order(self.pairs, self.src_vocab, self.tgt_vocab, self.batch_size, shuffle=True,
+                                         seed=self.seed + self.epoch)
+                if len(self._plan) <= self.rank:
+                    raise ValueError(f"the training split gives no batch for rank {self.rank} of {self.world}: "
+                                     "too few pairs")
+            index = self.position + (self.rank - self.position) % self.world  # this rank's next batch
+            if index < len(self._plan):
+                self.position = (index // self.world + 1) * self.world  # every rank took one batch of this round
+                return make_batch([self.pairs[i] for i in self._plan[index]], self.src_vocab, self.tgt_vocab,
+                                  self.device)
+            self.epoch, self.position, self._plan = self.epoch + 1, 0, None
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+
+
+
+def data_fingerprint(pairs: Sequence[tuple[str, str]]) -> str:
+    """A short hash of the training pairs, in order: a resumed run checks that it trains on the same data."""
+    digest = hashlib.sha256()
+    for src, tgt in pairs:
+        digest.update(f"{src}\t{tgt}\n".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:16]
+
+
+def check_fits(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Vocab, max_len: int) -> None:
+    """Refuse, before training, pairs longer than the model's ``max_len`` positions (they would crash it
+    mid-run), with a ``ValueError`` that counts them."""
+    # a token is at least one character, and Unicode normalisation (NFC) at most triples a text's length:
+    # only texts of max_len / 3 characters or more can be too long, the others need no tokenising
+    suspects = [(s, t) for s, t in pairs if 3 * max(len(s), len(t)) >= max_len]
+    needed = [max(len(src_vocab.tokenize(s)), len(tgt_vocab.tokenize(t))) + 1 for s, t in suspects]
+    longest = max(needed, default=0)
+    if longest > max_len:
+        n = sum(1 for k in needed if k > max_len)
+        raise ValueError(f"train: {n} training pair(s) need more than the model's max_len={max_len} positions "
+                         f"(the longest needs {longest}); drop them (from_pairs(..., max_len={max_len})) or build "
+                         "the model with a larger max_len")

@@ -1,6 +1,6 @@
-"""``python -m tfm_lesson.modern ablation``: rerun chapter 16's precomputed ablation."""
+"""The ablation runner moved out of this package of building blocks: ``python -m tfm_lesson.ablation``."""
 import sys
 
-from .ablation import main
-
-sys.exit(main())
+print("the ablation moved: run python -m tfm_lesson.ablation (see python -m tfm_lesson.ablation --help)",
+      file=sys.stderr)
+sys.exit(2)

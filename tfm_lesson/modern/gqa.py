@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_features, check_positive_int, check_probability
+from .._validate import check_features, check_positive_int, check_probability
 from ..attention import fast_attention, scaled_dot_product_attention
 from ..masks import check_mask
 from .rotary import RotaryEmbedding

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_positive_int
+from .._validate import check_positive_int
 
 __all__ = ["RMSNorm", "rms_norm"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_positive_int
+from .._validate import check_positive_int
 
 __all__ = ["rotary_frequencies", "rotary_cos_sin", "rotate_half", "rotate_pairs", "apply_rotary",
            "RotaryEmbedding", "interleaved_to_halves"]

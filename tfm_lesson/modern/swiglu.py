@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_features, check_positive_int, check_probability
+from .._validate import check_features, check_positive_int, check_probability
 
 __all__ = ["SwiGLU", "swiglu_hidden"]
 

@@ -5,10 +5,11 @@ initialisation draw and the same batches), the same number of optimiser steps an
 and is scored by its held-out (validation) loss. Because the seeds are shared, the fair comparison of two
 variants is the *paired* difference seed by seed; :func:`summarise` gives its mean and spread.
 
-    python -m tfm_lesson.modern ablation            # reruns the precomputed table shipped with the package
+    python -m tfm_lesson.ablation                   # reruns the table: runs/modern_ablation.json
 
 The shipped table is ``tfm_lesson/data/modern_ablation.json`` (:func:`load_ablation`); the command above
-rewrites it (or ``--out`` elsewhere) and prints the summary.
+writes a new table (``--out`` elsewhere; never over the shipped one) and prints the summary. This experiment
+runner sits above :mod:`tfm_lesson.modern` (the blocks) and :mod:`tfm_lesson.lm` (the trainer) that it uses.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import math
 import platform
 import statistics
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -23,12 +25,14 @@ from typing import Callable, Sequence
 
 import torch
 
-from .swiglu import swiglu_hidden
+from ._io import atomic_open, check_writable_file
+from .modern.swiglu import swiglu_hidden
 
 __all__ = ["VARIANTS", "variant_configs", "run_ablation", "summarise", "load_ablation", "format_summary",
-           "plot_ablation", "ABLATION_FILE"]
+           "plot_ablation", "ABLATION_FILE", "DEFAULT_OUT", "build_parser", "main"]
 
 ABLATION_FILE = "modern_ablation.json"
+DEFAULT_OUT = Path("runs") / ABLATION_FILE  # the command's default: beside the user's runs, never the package
 
 # (name, what it changes); each variant keeps every change above it
 VARIANTS: list[tuple[str, dict]] = [
@@ -71,9 +75,9 @@ def run_ablation(data=None, seeds: Sequence[int] = (0, 1, 2), steps: int = 300, 
     ``sizes``: ``context``, ``d_model``, ``heads``, ``d_ff``, ``num_layers`` for :func:`variant_configs`;
     ``only``: the indices of the variants to train (default all; to split the work between processes).
     """
-    from ..data.corpus import load_corpus
-    from ..gpt import GPT
-    from ..lm import prepare_lm_data, train_lm, unigram_perplexity
+    from .data.corpus import load_corpus
+    from .gpt import GPT
+    from .lm import prepare_lm_data, train_lm, unigram_perplexity
 
     if data is None:
         data = prepare_lm_data(load_corpus(), vocab_size=384, tokenizer_chars=50_000)
@@ -161,7 +165,7 @@ def plot_ablation(results: dict, title: str | None = None):
     """Two panels. Left: held-out loss per variant, mean ± 1 standard deviation over seeds (dots: the seeds).
     Right: the paired change from the row above with its 95% confidence interval; an interval that crosses
     the dashed zero line is inside the noise. Returns a :class:`tfm_lesson.viz.Figure`."""
-    from ..viz import Figure
+    from .viz import Figure
 
     rows = summarise(results)
     fig = Figure(figsize=(9.5, 0.42 * len(rows) + 1.6), dpi=100, layout="constrained")
@@ -189,25 +193,57 @@ def plot_ablation(results: dict, title: str | None = None):
     return fig
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser():
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m tfm_lesson.modern",
+    parser = argparse.ArgumentParser(prog="python -m tfm_lesson.ablation",
                                      description="Rerun chapter 16's ablation: the 2017 block to today's.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("ablation", help="train every variant with every seed and write the JSON table")
-    run.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
-    run.add_argument("--steps", type=int, default=300, help="optimiser steps per run (default 300)")
-    run.add_argument("--batch-size", type=int, default=32)
-    run.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
-    run.add_argument("--first", type=int, default=len(VARIANTS),
-                     help=f"only the first N variants (default all {len(VARIANTS)})")
-    run.add_argument("--out", default=None, help="where to write the JSON (default: the package's own table)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (default 3)")
+    parser.add_argument("--steps", type=int, default=300, help="optimiser steps per run (default 300)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    parser.add_argument("--first", type=int, default=len(VARIANTS),
+                        help=f"only the first N variants (default all {len(VARIANTS)})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help=f"where to write the JSON (default {DEFAULT_OUT}; never the package's shipped table)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the file already at --out")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check every flag and --out, train every variant with every seed, refuse NaN results, then write."""
+    parser = build_parser()
     args = parser.parse_args(argv)
-    results = run_ablation(seeds=range(args.seeds), steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                           variants=VARIANTS[: args.first])
-    out = Path(args.out) if args.out else Path(__file__).resolve().parent.parent / "data" / ABLATION_FILE
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    for flag, value in (("--seeds", args.seeds), ("--steps", args.steps), ("--batch-size", args.batch_size)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    if not 1 <= args.first <= len(VARIANTS):
+        parser.error(f"--first must be between 1 and {len(VARIANTS)}, got {args.first}")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        parser.error(f"--lr must be a finite number > 0, got {args.lr}")
+    try:
+        out = check_writable_file(args.out, args.overwrite)
+    except ValueError as err:
+        parser.error(f"--out {err}")
+    from .runstate import TrainingDiverged
+
+    try:
+        results = run_ablation(seeds=range(args.seeds), steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                               variants=VARIANTS[: args.first])
+    except TrainingDiverged as err:
+        print(f"error: {err}: nothing written (a smaller --lr?)", file=sys.stderr)
+        return 3
+    bad = [f"{r['variant']} (seed {r['seed']})" for r in results["runs"] if not math.isfinite(r["valid_loss"])]
+    if bad:
+        print(f"error: the held-out loss is not finite for {', '.join(bad)}: nothing written (a smaller --lr?)",
+              file=sys.stderr)
+        return 3
+    with atomic_open(out, "w") as fh:
+        fh.write(json.dumps(results, indent=1) + "\n")
     print(format_summary(summarise(results)))
     print(f"written to {out}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""Argument checks shared by the modules: clear errors that name the argument and what was expected."""
+"""Argument validation shared by the modules (not to be confused with tfm_lesson.checks, the exercise checkers):
+clear errors that name the argument and what was expected."""
 from __future__ import annotations
 
 import torch

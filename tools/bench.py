@@ -1,8 +1,9 @@
 """Benchmarks: tfm_lesson side by side with torch.nn, in one run, so the ratios hold on a noisy machine.
+Repository tooling (it runs the chapters of a checkout), so it lives in tools/, outside the learner's package.
 
-    python -m tfm_lesson.bench                       # everything (minutes to tens of minutes on a laptop CPU)
-    python -m tfm_lesson.bench --quick --out /tmp/b  # a smoke test: under a minute
-    python -m tfm_lesson.bench --sections attention,step --device cuda   # on a GPU: bf16 autocast
+    python tools/bench.py                       # everything (minutes to tens of minutes on a laptop CPU)
+    python tools/bench.py --quick --out /tmp/b  # a smoke test: under a minute
+    python tools/bench.py --sections attention,step --device cuda   # on a GPU: bf16 autocast
 
 Writes ``bench.md`` (Markdown tables) and ``bench.json`` (every figure, plus the machine) into ``--out``.
 
@@ -45,16 +46,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
-from .interop import to_torch
-from .masks import padding_mask
-from .model import Transformer, TransformerConfig
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: its notebooks/ and, for a script run, its package
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tfm_lesson.attention import MultiHeadAttention  # noqa: E402
+from tfm_lesson.interop import to_torch  # noqa: E402
+from tfm_lesson.masks import padding_mask  # noqa: E402
+from tfm_lesson.recipes import RECIPES  # noqa: E402
+from tfm_lesson.model import Transformer, TransformerConfig  # noqa: E402
 
 __all__ = ["interleaved", "machine_info", "matmul_peak", "training_flops", "bench_attention", "bench_step",
            "bench_chapters", "bench_targets", "generation_step_times", "bench_generation", "write_report", "main"]
 
 SECTIONS = ("attention", "step", "chapters", "targets", "generation")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # ------------------------------------------------------------------------------------------------ timing
@@ -351,15 +356,11 @@ def bench_chapters(notebooks: list[Path], timeout: int = 600) -> list[dict]:
 # ----------------------------------------------------------------------------------------------- targets
 # The training issue's targets on a 2-core CPU, with the chapters' recipes (chapter 10 for reverse and numbers).
 TARGETS = {
-    "reverse": dict(metric="exact_match", goal=99.0, budget_s=60,
-                    model=dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0),
-                    train=dict(batch_size=128, warmup=100, peak_lr=3e-3), eval_every=50),
-    "numbers": dict(metric="exact_match", goal=99.0, budget_s=120,
-                    model=dict(d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0),
-                    train=dict(batch_size=128, warmup=100, peak_lr=3e-3), eval_every=50),
-    "sentences": dict(metric="bleu", goal=70.0, budget_s=180,
-                      model=dict(d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1),
-                      train=dict(batch_size=64, warmup=200, peak_lr=2e-3), eval_every=100),
+    task: dict(metric=metric, goal=goal, budget_s=budget, model=dict(RECIPES[task]["model"]),
+               train={k: v for k, v in RECIPES[task]["train"].items() if k != "steps"}, eval_every=every)
+    for task, metric, goal, budget, every in (("reverse", "exact_match", 99.0, 60, 50),
+                                              ("numbers", "exact_match", 99.0, 120, 50),
+                                              ("sentences", "bleu", 70.0, 180, 100))
 }
 
 
@@ -371,8 +372,8 @@ def bench_targets(device: torch.device, tasks: list[str] | None = None, slack: f
     """Train each task until its validation metric reaches the goal (checked every ``eval_every`` steps on 200
     valid pairs, greedy) or ``slack`` x its budget has passed. Time counts the whole ``train`` call, the
     periodic validation included (so it overstates pure training time a little)."""
-    from .data import load_task
-    from .training import evaluate, make_model, train
+    from tfm_lesson.data import load_task
+    from tfm_lesson.training import evaluate, make_model, train
 
     rows = []
     for task in tasks or list(TARGETS):
@@ -444,7 +445,7 @@ def bench_generation(device: torch.device, quick: bool = False, repeats: int | N
     4 layers, d_model 256, 8 heads (quick: 2 layers, d_model 64). Runs alternate (cached, uncached, cached, ...);
     each position's time is the median over ``repeats`` runs; tokens/s at N new tokens is N over the summed
     medians of the first N positions."""
-    from .gpt import GPT, GPTConfig
+    from tfm_lesson.gpt import GPT, GPTConfig
 
     new_tokens = 64 if quick else 512
     repeats = repeats or (1 if quick else 3)
@@ -520,7 +521,7 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
                          f"{fps[o] / 1e9:.1f} | {fps[n] / 1e9:.1f} | {r['matmul_flop_per_s'] / 1e9:.1f} | "
                          f"{_f(frac.get(o), '{:.0%}')} | "
                          f"{_f(frac.get(n), '{:.0%}')} | {r['loss_gap']:.1e} |")
-        lines += ["", "FLOPs: matmul FLOPs counted analytically (`tfm_lesson.bench.training_flops`), "
+        lines += ["", "FLOPs: matmul FLOPs counted analytically (`tools/bench.py: training_flops`), "
                   "forward x 3 for forward + backward. % peak: achieved FLOP/s over the matmul rate measured "
                   "in the same interleaved turns (median).", ""]
     if "chapters" in result:
@@ -564,7 +565,7 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
 
 # ----------------------------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tfm_lesson.bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python tools/bench.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny repeat counts and a subset of shapes (< 1 min)")
     p.add_argument("--out", type=Path, default=Path("artifacts/bench"), help="directory for bench.md and bench.json")

@@ -1,0 +1,71 @@
+"""The package's layering: no import circle between its modules (lazy imports inside functions included)."""
+from __future__ import annotations
+
+import ast
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "tfm_lesson"
+
+
+def _module_name(path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1] if node.level else []
+                stem = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:  # "from . import quizzes" names a module; "from .x import y" a name
+                    full = f"{stem}.{alias.name}"
+                    targets.add(full if full in modules else stem)
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_circle():
+    circle = _circle(_imports())
+    assert circle is None, "an import circle: " + " -> ".join(circle)
+
+
+def test_the_circle_finder_finds_one():
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_graph_sees_lazy_imports():
+    graph = _imports()
+    assert "tfm_lesson.training" in graph["tfm_lesson.reference"]  # imported inside reference_run
+    assert "tfm_lesson.reference" not in graph["tfm_lesson.training"]  # the circle of old: gone
