@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from .._checks import check_features, check_positive_int, check_probability
 from ..attention import fast_attention, scaled_dot_product_attention
+from ..cache import KVCache
 from ..masks import check_mask
 from .rotary import RotaryEmbedding
 
@@ -91,6 +92,11 @@ class GroupedQueryAttention(nn.Module):
         if key.size(0) != batch or value.size(0) != batch or key.size(1) != value.size(1):
             raise ValueError(f"query, key and value must share the batch size and key/value their length: got "
                              f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache (GroupedQueryAttention is self-attention), got "
+                                f"{type(cache).__name__}")
+            cache.check_use(query, key)
         offset = 0 if cache is None else len(cache)  # the position of the first new token
         q = self._split(self.w_q(query), self.heads)  # (batch, heads, q_len, d_k)
         k = self._split(self.w_k(key), self.kv_heads)  # (batch, kv_heads, new_len, d_k)
