@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_features, check_positive_int, check_probability
+from .._checks import check_dtype, check_features, check_positive_int, check_probability
 from ..attention import fast_attention, scaled_dot_product_attention
 from ..cache import KVCache
 from ..masks import check_mask
@@ -88,6 +88,8 @@ class GroupedQueryAttention(nn.Module):
         check_features(query, "query", self.d_model)
         check_features(key, "key", self.d_model)
         check_features(value, "value", self.d_model)
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            check_dtype(t, name, self.w_q.weight, "GroupedQueryAttention")
         batch, q_len = query.shape[:2]
         if key.size(0) != batch or value.size(0) != batch or key.size(1) != value.size(1):
             raise ValueError(f"query, key and value must share the batch size and key/value their length: got "
