@@ -98,9 +98,21 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
     if logits.dim() != 2:
         raise ValueError(f"logits must be shaped (batch, vocab), got shape {tuple(logits.shape)}")
     check_sampling(temperature, top_k, top_p)
+    if torch.isnan(logits).any():
+        raise ValueError("logits hold NaN (the model's output is not a number: a diverged or broken model?); "
+                         "no token can be chosen")
     if temperature == 0:
         return logits.argmax(dim=-1)  # (batch,)
-    logits = logits.float() / temperature
+    if torch.isneginf(logits).all(dim=-1).any():
+        raise ValueError("a row of logits is -inf everywhere: no token is allowed")
+    logits = logits.float()
+    scaled = logits / temperature
+    if torch.isposinf(scaled).any() or torch.isnan(scaled).any():
+        # A tiny temperature overflows: measured from each row's maximum instead, the best token gets 0 and the
+        # others a negative number or -inf (greedy in the limit), never inf - inf = NaN.
+        gap = logits - logits.amax(dim=-1, keepdim=True)  # (batch, vocab), <= 0
+        scaled = torch.where(gap == 0, 0.0, gap / temperature)
+    logits = scaled
     if top_k is not None:
         logits = filter_top_k(logits, top_k)
     if top_p is not None:

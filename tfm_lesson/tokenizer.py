@@ -271,6 +271,11 @@ class BPETokenizer:
         """``text`` -> token ids."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__} (decode bytes to str first)")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800": no UTF-8 bytes exist for it
+            raise ValueError(f"text cannot be encoded: position {exc.start} holds {text[exc.start]!r}, which has no "
+                             "UTF-8 bytes (a lone surrogate); remove it or read the file with errors='replace'") from None
         out: list[int] = []
         for chunk in self.chunks(text):
             out.extend(self._encode_chunk(chunk))
