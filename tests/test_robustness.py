@@ -92,3 +92,15 @@ def test_text_the_tokenizer_cannot_encode_is_a_value_error():
         tok.encode("ab\ud800c")
     text = "naïve 日本語 \x00 \U0001f600"
     assert tok.decode(tok.encode(text)) == text
+
+
+# --- compare_to_reference: a constant huge loss is not "flat near log V"; the margin is checked (issue 22) --------
+def test_compare_to_reference_names_a_loss_far_above_log_v_and_refuses_a_nan_margin():
+    from tfm_lesson.reference import compare_to_reference
+
+    history = {"step": list(range(1, 401)), "loss": [1e300] * 400}
+    verdict = compare_to_reference(history, "reverse", plot=False)
+    assert not verdict.normal and "flat near log V" not in verdict.message and "far above log V" in verdict.message
+    for margin in (math.nan, -0.1, math.inf, True, "0.1"):
+        with pytest.raises(ValueError, match="margin must be a finite number"):
+            compare_to_reference(history, "reverse", plot=False, margin=margin)
