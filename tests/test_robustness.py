@@ -104,3 +104,19 @@ def test_compare_to_reference_names_a_loss_far_above_log_v_and_refuses_a_nan_mar
     for margin in (math.nan, -0.1, math.inf, True, "0.1"):
         with pytest.raises(ValueError, match="margin must be a finite number"):
             compare_to_reference(history, "reverse", plot=False, margin=margin)
+
+
+# --- course commands given a missing, .py, directory or corrupt notebook (issue 22) ----------------------------------
+@pytest.mark.parametrize("command", ["execute", "student", "restore", "fold", "setup-cell"])
+def test_course_commands_refuse_what_is_not_a_notebook(command, tmp_path, capsys):
+    from tfm_lesson.course import main as course_main
+
+    script = tmp_path / "01_x.py"
+    script.write_text("print(1)\n")
+    corrupt = tmp_path / "02_x.ipynb"
+    corrupt.write_text("{not json")
+    for path, words in ((tmp_path / "missing.ipynb", "no notebook at"), (script, "jupytext pairs"),
+                        (tmp_path, "is a directory"), (corrupt, "not a readable notebook")):
+        with pytest.raises(SystemExit) as exc:
+            course_main([command, str(path)])
+        assert exc.value.code == 2 and words in capsys.readouterr().err
