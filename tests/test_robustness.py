@@ -120,3 +120,9 @@ def test_course_commands_refuse_what_is_not_a_notebook(command, tmp_path, capsys
         with pytest.raises(SystemExit) as exc:
             course_main([command, str(path)])
         assert exc.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_generate_names_a_prompt_the_tokenizer_cannot_encode(checkpoint, capsys):
+    with pytest.raises(SystemExit) as exc:
+        generate_main([str(checkpoint[0]), "ab\udcedc", "--max-new-tokens", "1"])
+    assert exc.value.code == 2 and "prompt: text cannot be encoded" in capsys.readouterr().err

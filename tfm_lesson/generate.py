@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         model, tokenizer, _ = load_lm(args.checkpoint, device=args.device)
     except (ValueError, RuntimeError) as exc:
         parser.error(str(exc))
-    prompt_len = len(tokenizer.encode(args.prompt or "\n"))
+    try:
+        prompt_len = len(tokenizer.encode(args.prompt or "\n"))
+    except ValueError as exc:
+        parser.error(f"prompt: {exc}")
     context = model.config.context
     if prompt_len >= context:
         parser.error(f"the prompt is {prompt_len} tokens but the model sees at most {context} positions (prompt and "
