@@ -245,7 +245,8 @@ def test_llama_attention_dropout_is_attention_dropout():
 
 
 def test_gpt2_attention_dropout_is_attn_pdrop():
-    config = transformers.GPT2Config(**GPT2_CONFIGS["gpt2-tied"], attn_pdrop=0.2, resid_pdrop=0.1, embd_pdrop=0.1, **IDS)
+    config = transformers.GPT2Config(**GPT2_CONFIGS["gpt2-tied"], attn_pdrop=0.2, resid_pdrop=0.1, embd_pdrop=0.1,
+                                     **IDS)
     ours = from_hf(transformers.GPT2LMHeadModel(config))
     assert ours.config.dropout == 0.1 and all(b.self_attn.dropout == 0.2 for b in ours.blocks)
     unequal = transformers.GPT2Config(**GPT2_CONFIGS["gpt2-tied"], resid_pdrop=0.1, embd_pdrop=0.3, **IDS)

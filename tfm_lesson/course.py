@@ -452,8 +452,8 @@ def _check_notebook_argument(parser: argparse.ArgumentParser, path: Path) -> Non
     if not path.is_file():
         parser.error(f"no notebook at {path}")
     if path.suffix != ".ipynb":
-        parser.error(f"{path} is not a notebook (.ipynb)" +
-                     ("; the .py files are the jupytext pairs: give the .ipynb beside them" if path.suffix == ".py" else ""))
+        pair = "; the .py files are the jupytext pairs: give the .ipynb beside them" if path.suffix == ".py" else ""
+        parser.error(f"{path} is not a notebook (.ipynb){pair}")
     try:
         nbformat.read(path, as_version=4)
     except Exception as exc:  # noqa: BLE001 - JSON, schema or encoding errors all mean the same to the user

@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             torch.empty(0, device=args.device)
         except (RuntimeError, AssertionError, ValueError) as exc:
-            parser.error(f"--device {args.device} is not available here ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            parser.error(f"--device {args.device} is not available here ({why}); "
                          "use --device cpu, or leave it out to take a GPU when there is one")
 
     from .lm import complete, load_lm

@@ -251,7 +251,8 @@ def _hf_llama_config(c) -> dict:
         raise ValueError("Llama with attention_bias != mlp_bias is not supported: tfm_lesson has one `bias` flag")
     return dict(vocab_size=c.vocab_size, context=c.max_position_embeddings, d_model=c.hidden_size,
                 heads=c.num_attention_heads, d_ff=c.intermediate_size, num_layers=c.num_hidden_layers,
-                dropout=0.0, attention_dropout=float(c.attention_dropout), norm_first=True, final_norm=True, positional="rope",
+                dropout=0.0, attention_dropout=float(c.attention_dropout), norm_first=True, final_norm=True,
+                positional="rope",
                 activation="swiglu", norm="rms", kv_heads=c.num_key_value_heads or c.num_attention_heads,
                 rope_theta=_hf_rope_theta(c), bias=bias, tie_embeddings=bool(c.tie_word_embeddings),
                 eps=float(c.rms_norm_eps))

@@ -180,8 +180,9 @@ def compare_to_reference(history: dict, task: str, plot: bool = True, ax=None, m
             if all(mine[i] < 1.5 * logv for i in dropped):
                 causes.append(CAUSES["flat"].format(logv=logv))
             else:  # far above a uniform guess: not "flat near log V"
-                causes.append(f"the loss stays far above log V = {logv:.2f} (it reaches {max(mine[i] for i in dropped):.3g}), "
-                              "worse than a model that guesses uniformly: the run diverges, or the loss is not the mean "
+                top = max(mine[i] for i in dropped)
+                causes.append(f"the loss stays far above log V = {logv:.2f} (it reaches {top:.3g}), worse than a "
+                              "model that guesses uniformly: the run diverges, or the loss is not the mean "
                               "cross-entropy per token (a sum instead of a mean, or probabilities passed as logits)")
         else:
             early = [i for i in seen if i < max(1, len(ref_steps) // 3)]

@@ -274,8 +274,9 @@ class BPETokenizer:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800": no UTF-8 bytes exist for it
-            raise ValueError(f"text cannot be encoded: position {exc.start} holds {text[exc.start]!r}, which has no "
-                             "UTF-8 bytes (a lone surrogate); remove it or read the file with errors='replace'") from None
+            raise ValueError(f"text cannot be encoded: position {exc.start} holds {text[exc.start]!r}, which has "
+                             "no UTF-8 bytes (a lone surrogate); remove it or read the file with errors='replace'"
+                             ) from None
         out: list[int] = []
         for chunk in self.chunks(text):
             out.extend(self._encode_chunk(chunk))
