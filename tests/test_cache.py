@@ -9,6 +9,7 @@ import tfm_lesson as T
 import tfm_lesson.model as model_module
 from tfm_lesson.cache import CrossAttentionCache, DecoderCache, KVCache, cache_nbytes, causal_mask_with_offset
 from tfm_lesson.data import Vocab
+from tfm_lesson.modern import GroupedQueryAttention
 from tfm_lesson.decoding import SYNC_EVERY, beam_search, greedy_decode, translate
 
 BOS, EOS, PAD = 1, 2, 0
@@ -271,3 +272,69 @@ def test_bench_generation_quick():
     times, out = generation_step_times(gpt, torch.zeros(2, 3, dtype=torch.long), 5, use_cache=True)
     assert len(times) == 5 and out.shape == (2, 8) and gpt.training
     assert torch.equal(out, gpt.generate(torch.zeros(2, 3, dtype=torch.long), 5, temperature=0))
+
+
+# --- misuse is caught, never silently wrong (issue 22) -----------------------------------------------------------
+def test_new_cache_reused_for_another_sentence_is_refused():
+    model = _model().eval()
+    bos = torch.ones(1, 1, dtype=torch.long)
+    src1, src2 = torch.tensor([[3, 4, 5, 6]]), torch.tensor([[7, 8, 9, 10]])
+    cache = model.new_cache()
+    with torch.no_grad():
+        model.decode(bos, model.encode(src1), cache=cache)
+        model.decode(bos, model.encode(src1), cache=cache)  # the same memory, recomputed: accepted
+        with pytest.raises(ValueError, match="another memory"):
+            model.decode(bos, model.encode(src2), cache=cache)
+        for layer in cache:  # after a reset of every layer the cache serves the new sentence
+            layer.self_attn.reset()
+            layer.cross_attn.reset()
+        model.decode(bos, model.encode(src2), cache=cache)
+
+
+def test_filled_cross_cache_from_another_batch_is_refused():
+    torch.manual_seed(0)
+    mha = T.MultiHeadAttention(16, 4).eval()
+    cache = CrossAttentionCache()
+    mha(torch.randn(1, 1, 16), torch.randn(1, 5, 16), torch.randn(1, 5, 16), cache=cache)
+    memory = torch.randn(3, 5, 16)
+    with pytest.raises(ValueError, match="another batch"):
+        mha(torch.randn(3, 1, 16), memory, memory, cache=cache)
+
+
+def test_cache_of_the_wrong_kind_is_refused():
+    torch.manual_seed(0)
+    mha = T.MultiHeadAttention(16, 4).eval()
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    with pytest.raises(TypeError, match="CrossAttentionCache belongs to cross-attention"):
+        mha(x, x, x, cache=CrossAttentionCache())
+    with pytest.raises(TypeError, match="KVCache belongs to self-attention"):
+        mha(x, memory, memory, cache=KVCache())
+    with pytest.raises(TypeError, match="not the list"):
+        mha(x, x, x, cache=[KVCache()])
+    gqa = GroupedQueryAttention(16, 4, 2)
+    with pytest.raises(TypeError, match="must be a KVCache"):
+        gqa(x, x, x, cache=CrossAttentionCache())
+    with pytest.raises(TypeError, match="KVCache belongs to self-attention"):
+        gqa(x, memory, memory, cache=KVCache())
+
+
+def test_decode_checks_the_cache_list():
+    model = _model().eval()
+    src, bos = torch.tensor([[3, 4, 5]]), torch.ones(1, 1, dtype=torch.long)
+    with torch.no_grad():
+        memory = model.encode(src)
+        with pytest.raises(TypeError, match="list of 2 DecoderCache"):
+            model.decode(bos, memory, cache=model.new_cache()[:1])
+        swapped = [DecoderCache(c.cross_attn, c.self_attn) for c in model.new_cache()]
+        with pytest.raises(TypeError, match="in that order"):
+            model.decode(bos, memory, cache=swapped)
+        cache = model.new_cache()
+        model.decode(bos, memory, cache=cache)
+        cache[1].self_attn.reset()  # one layer's cache reset
+        with pytest.raises(ValueError, match="different lengths"):
+            model.decode(bos, memory, cache=cache)
+        cache = model.new_cache()
+        model.decode(bos, memory, cache=cache)
+        cache[0].cross_attn.reset()
+        with pytest.raises(ValueError, match="cross-attention caches disagree"):
+            model.decode(bos, memory, cache=cache)

@@ -219,3 +219,36 @@ def test_unsupported_models_and_settings_raise():
     inverse = transformers.GPT2Config(**GPT2_CONFIGS["gpt2-tied"], scale_attn_by_inverse_layer_idx=True, **IDS)
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
         hf_config(inverse)
+
+
+# --- issue 22: the head that is really used, and Llama's dropout where Llama has it -------------------------------
+@pytest.mark.parametrize("name", ["gpt2-tied", "llama-tied-mha"])
+def test_head_untied_after_loading_is_copied(name):
+    """The config says tied, but lm_head is its own tensor (untied by hand): its numbers are the ones used."""
+    theirs = _build(name)
+    assert theirs.config.tie_word_embeddings
+    gen = torch.Generator().manual_seed(7)
+    theirs.lm_head.weight = nn.Parameter(torch.randn(theirs.lm_head.weight.shape, generator=gen))
+    ours = from_hf(theirs)
+    assert not ours.config.tie_embeddings and ours.lm_head.weight is not ours.tok_embed.weight
+    idx = _tokens(theirs)
+    with torch.no_grad():
+        assert (ours(idx) - theirs(idx).logits).abs().max() <= ATOL
+
+
+def test_llama_attention_dropout_is_attention_dropout():
+    config = transformers.LlamaConfig(**LLAMA_CONFIGS["llama-untied-gqa-theta5e5"], attention_dropout=0.25, **IDS)
+    ours = from_hf(transformers.LlamaForCausalLM(config))
+    assert ours.config.dropout == 0.0 and ours.config.attention_dropout == 0.25
+    assert ours.dropout.p == 0.0 and all(b.dropout1.p == 0.0 and b.dropout2.p == 0.0 for b in ours.blocks)
+    assert all(b.self_attn.dropout == 0.25 for b in ours.blocks)
+
+
+def test_gpt2_attention_dropout_is_attn_pdrop():
+    config = transformers.GPT2Config(**GPT2_CONFIGS["gpt2-tied"], attn_pdrop=0.2, resid_pdrop=0.1, embd_pdrop=0.1,
+                                     **IDS)
+    ours = from_hf(transformers.GPT2LMHeadModel(config))
+    assert ours.config.dropout == 0.1 and all(b.self_attn.dropout == 0.2 for b in ours.blocks)
+    unequal = transformers.GPT2Config(**GPT2_CONFIGS["gpt2-tied"], resid_pdrop=0.1, embd_pdrop=0.3, **IDS)
+    with pytest.raises(ValueError, match="embd_pdrop"):
+        hf_config(unequal)

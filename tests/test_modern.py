@@ -419,3 +419,42 @@ def test_gqa_fast_path_agrees_with_the_explicit_path_on_nan_and_masks():
         explicit, _ = gqa(x, x, x, mask, need_weights=True)
         assert torch.equal(torch.isnan(fast), torch.isnan(explicit)), mask
         assert torch.allclose(fast.nan_to_num(), explicit.nan_to_num(), atol=1e-5), mask
+
+
+# --- issue 22: numbers right in every dtype; clear errors ---------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("scale", [300.0, 1e-4, 1e-6])
+def test_rms_norm_matches_torch_in_half_precision(dtype, scale):
+    torch.manual_seed(0)
+    ours, theirs = RMSNorm(64), torch.nn.RMSNorm(64, eps=1e-5)
+    with torch.no_grad():
+        ours.weight.copy_(torch.rand(64) + 0.5)
+        theirs.weight.copy_(ours.weight)
+    ours, theirs = ours.to(dtype), theirs.to(dtype)
+    x = (torch.randn(3, 5, 64) * scale).to(dtype)
+    got, expected = ours(x), theirs(x)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected)
+    if scale == 300.0:  # the outputs are of order 1, not 0 (300 ** 2 overflows float16)
+        assert got.float().pow(2).mean() > 0.1
+
+
+def test_gpt_with_rms_norm_in_float16_large_inputs_stays_finite():
+    torch.manual_seed(0)
+    norm = RMSNorm(8).half()
+    x = torch.full((1, 2, 8), 300.0, dtype=torch.float16)
+    torch.testing.assert_close(norm(x), torch.ones_like(x))
+
+
+def test_modern_blocks_name_a_dtype_mismatch():
+    x = torch.randn(2, 3, 16, dtype=torch.float64)
+    with pytest.raises(TypeError, match="SwiGLU"):
+        SwiGLU(16, 32)(x)
+    with pytest.raises(TypeError, match="GroupedQueryAttention"):
+        GroupedQueryAttention(16, 4, 2)(x, x, x)
+
+
+@pytest.mark.parametrize("flag", ["no", 1, None])
+def test_rotary_interleaved_must_be_a_bool(flag):
+    with pytest.raises(TypeError, match="interleaved must be True or False"):
+        RotaryEmbedding(8, interleaved=flag)

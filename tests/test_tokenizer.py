@@ -293,3 +293,16 @@ def test_package_helpers_match_this_test(english):
     hf = train_hf_bpe(text, 500)
     assert hf_merges(hf) == _hf_merges(_hf_train(text, 500))
     assert hf_merges(hf) == _mine(BPETokenizer().train(text, 500, tie_break="hf"))
+
+
+# --- issue 22: text without spaces trains in near-linear time, with progress -----------------------------------------
+def test_long_chunks_are_cut_for_training_and_progress_is_shown(capsys):
+    from tfm_lesson.tokenizer import MAX_TRAIN_CHUNK, BPETokenizer as BPE
+    text = "abcdefghij" * 40  # one chunk of 400 characters under the GPT-2 split
+    tok = BPE().train(text, 300, progress=True)
+    err = capsys.readouterr().err
+    assert "BPE: 400 characters" in err and "merges" in err
+    assert max(len(t) for t in tok.vocab) <= MAX_TRAIN_CHUNK  # no token spans a cut
+    assert tok.decode(tok.encode(text)) == text
+    BPE().train(text, 300)  # short text: silent by default
+    assert capsys.readouterr().err == ""

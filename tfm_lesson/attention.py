@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validate import check_dtype, check_features, check_positive_int, check_probability
-from .cache import CrossAttentionCache, KVCache
+from .cache import CrossAttentionCache, KVCache, check_attention_cache
 from .masks import check_mask
 
 __all__ = ["scaled_dot_product_attention", "fast_attention", "MultiHeadAttention"]
@@ -181,6 +181,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query, key and value must share the batch size: got {batch}, {key.size(0)}, {value.size(0)}")
         if value.size(1) != k_len:
             raise ValueError(f"key and value must have the same length: key has {k_len}, value has {value.size(1)}")
+        check_attention_cache(cache, query, key)  # the right kind of cache, for this batch and memory (cache.py)
         if isinstance(cache, CrossAttentionCache) and cache.filled:  # the memory's keys and values: computed once
             q, k, v = self._split_heads(self.w_q(query)), cache.key, cache.value
         else:

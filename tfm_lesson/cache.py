@@ -18,13 +18,26 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["KVCache", "CrossAttentionCache", "DecoderCache", "cache_nbytes", "causal_mask_with_offset"]
+__all__ = ["KVCache", "CrossAttentionCache", "DecoderCache", "cache_nbytes", "causal_mask_with_offset",
+           "check_attention_cache", "check_decoder_cache"]
 
 
 def causal_mask_with_offset(new_len: int, offset: int, device: torch.device | str | None = None) -> Tensor:
     """``(new_len, offset + new_len)`` booleans: new query ``i`` (position ``offset + i``) may attend to keys
     ``0 .. offset + i``: every cached position and the new ones up to itself."""
     return torch.ones(new_len, offset + new_len, dtype=torch.bool, device=device).tril(diagonal=offset)
+
+
+def _same_input(a: Tensor, b: Tensor) -> bool:
+    """True when ``a`` and ``b`` hold the same numbers: one tensor, two views of the same memory (``x[:, t:t+1]``
+    taken twice), or equal values (compared only when shapes agree and the cheap tests do not decide)."""
+    if a is b:
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    if a.data_ptr() == b.data_ptr() and a.stride() == b.stride():
+        return True
+    return torch.equal(a, b)
 
 
 def _check_kv(key: object, value: object) -> None:
@@ -101,6 +114,16 @@ class KVCache:
             raise ValueError(f"a cache from another batch: this cache holds {stored.dtype} on {stored.device}, "
                              f"the new keys are {key.dtype} on {key.device}; make a new cache")
 
+    def check_use(self, query: Tensor, key: Tensor) -> None:
+        """Raise a message naming the mistake when this cache does not suit an attention call.
+
+        A ``KVCache`` belongs to self-attention, where query, key and value are one tensor; given to
+        cross-attention it would append the encoder's memory again at every step."""
+        if not _same_input(query, key):
+            raise TypeError("a KVCache belongs to self-attention (query, key and value the same tensor); this call "
+                            "attends to another tensor (cross-attention?), where the KVCache would append the memory "
+                            "again at every step: give cross-attention a CrossAttentionCache")
+
     def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Append ``key``, ``value`` ``(batch, kv_heads, new_len, d_k)``; return all keys and values so far,
         ``(batch, kv_heads, len(cache), d_k)`` each."""
@@ -154,6 +177,7 @@ class CrossAttentionCache:
     def __init__(self) -> None:
         self.key: Tensor | None = None  # (batch, heads, src_len, d_k)
         self.value: Tensor | None = None
+        self._memory: Tensor | None = None  # the memory the keys and values came from (see check_use)
 
     def __len__(self) -> int:
         return 0 if self.key is None else self.key.size(2)
@@ -171,6 +195,28 @@ class CrossAttentionCache:
     def nbytes(self) -> int:
         return 0 if self.key is None else 2 * self.key.numel() * self.key.element_size()
 
+    def check_use(self, query: Tensor, memory: Tensor) -> None:
+        """Raise a message naming the mistake when this cache does not suit a cross-attention call.
+
+        The cache belongs to cross-attention (``memory`` is not the query); once filled it serves only the
+        memory it was filled from (the same tensor, or one equal to it) and that memory's batch size."""
+        if _same_input(query, memory):
+            raise TypeError("a CrossAttentionCache belongs to cross-attention (keys and values from the encoder's "
+                            "memory); this call is self-attention (query is key), which needs a KVCache")
+        if self.key is None:
+            self._memory = memory  # remembered, so that a later call with another input is caught
+            return
+        if memory.size(0) != self.key.size(0):
+            raise ValueError(f"a cache from another batch: this CrossAttentionCache holds the memory of "
+                             f"{self.key.size(0)} sequence(s), the call has {memory.size(0)}; make a new cache "
+                             "(model.new_cache()) for each input")
+        if self._memory is not None and memory is not self._memory:
+            if not _same_input(memory, self._memory):
+                raise ValueError("this CrossAttentionCache was filled from another memory (another input): its keys "
+                                 "and values would be the old sentence's; make a new cache (model.new_cache()) for "
+                                 "each input, or reset every layer's caches")
+            self._memory = memory
+
     def update(self, key: Tensor | None, value: Tensor | None) -> tuple[Tensor, Tensor]:
         if self.key is None:
             _check_kv(key, value)
@@ -181,9 +227,11 @@ class CrossAttentionCache:
         if self.key is not None:
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
+            if self._memory is not None:
+                self._memory = self._memory.index_select(0, index)
 
     def reset(self) -> None:
-        self.key = self.value = None
+        self.key = self.value = self._memory = None
 
 
 class DecoderCache(NamedTuple):
@@ -195,6 +243,46 @@ class DecoderCache(NamedTuple):
     @property
     def nbytes(self) -> int:
         return self.self_attn.nbytes + self.cross_attn.nbytes
+
+
+def check_attention_cache(cache: object, query: Tensor, key: Tensor) -> None:
+    """Check the ``cache`` given to one attention call (``None`` passes): a :class:`KVCache` for
+    self-attention, a :class:`CrossAttentionCache` for cross-attention, filled from this memory and batch."""
+    if cache is None:
+        return
+    if not isinstance(cache, (KVCache, CrossAttentionCache)):
+        raise TypeError(f"cache must be a KVCache (self-attention) or a CrossAttentionCache (cross-attention), got "
+                        f"{type(cache).__name__}" + (" (pass one layer's cache, not the list from new_cache())"
+                                                     if isinstance(cache, (list, tuple)) else ""))
+    cache.check_use(query, key)
+
+
+def check_decoder_cache(cache: object, num_layers: int) -> int:
+    """Check a decoder's cache (``Transformer.new_cache()``) and return the number of cached positions.
+
+    Raises a message naming the mistake: not a list of ``num_layers`` :class:`DecoderCache`, the two caches
+    of a layer swapped, or layers that disagree (one layer's cache reset, or caches from another input)."""
+    if not isinstance(cache, (list, tuple)) or len(cache) != num_layers:
+        got = f"a {type(cache).__name__} of {len(cache)}" if isinstance(cache, (list, tuple)) else type(cache).__name__
+        raise TypeError(f"cache must be a list of {num_layers} DecoderCache (one per decoder layer, "
+                        f"model.new_cache()), got {got}")
+    for i, layer in enumerate(cache):
+        if not (isinstance(layer, tuple) and len(layer) == 2):
+            raise TypeError(f"cache[{i}] must be a DecoderCache(self_attn=KVCache, cross_attn=CrossAttentionCache), "
+                            f"got {type(layer).__name__}")
+        if not isinstance(layer[0], KVCache) or not isinstance(layer[1], CrossAttentionCache):
+            raise TypeError(f"cache[{i}] must hold (KVCache, CrossAttentionCache) in that order, got "
+                            f"({type(layer[0]).__name__}, {type(layer[1]).__name__})")
+    lengths = [len(layer[0]) for layer in cache]
+    if len(set(lengths)) > 1:
+        raise ValueError(f"the decoder layers' self-attention caches hold different lengths {lengths}: one layer's "
+                         "cache was reset or comes from another input; use one model.new_cache() per input")
+    filled = [layer[1].filled for layer in cache]
+    if len(set(filled)) > 1 or (lengths[0] > 0 and not filled[0]):
+        raise ValueError(f"the decoder layers' cross-attention caches disagree (filled: {filled}) with "
+                         f"{lengths[0]} cached target positions: one layer's cache was reset; use one "
+                         "model.new_cache() per input")
+    return lengths[0]
 
 
 def cache_nbytes(caches) -> int:

@@ -443,6 +443,24 @@ def build_book(book_dir: Path = Path("book"), notebooks_dir: Path = Path("notebo
     return subprocess.call(cmd)
 
 
+def _check_notebook_argument(parser: argparse.ArgumentParser, path: Path) -> None:
+    """Exit with a usage error (status 2) unless ``path`` is a readable ``.ipynb`` notebook."""
+    import nbformat
+
+    if path.is_dir():
+        parser.error(f"{path} is a directory; give notebook files (e.g. {path}/NN_name.ipynb)")
+    if not path.is_file():
+        parser.error(f"no notebook at {path}")
+    if path.suffix != ".ipynb":
+        pair = "; the .py files are the jupytext pairs: give the .ipynb beside them" if path.suffix == ".py" else ""
+        parser.error(f"{path} is not a notebook (.ipynb){pair}")
+    try:
+        nbformat.read(path, as_version=4)
+    except Exception as exc:  # noqa: BLE001 - JSON, schema or encoding errors all mean the same to the user
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        parser.error(f"{path} is not a readable notebook ({first[:200]})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfm_lesson.course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -466,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     links = sub.add_parser("colab-links", help="print an Open-in-Colab link per chapter")
     links.add_argument("--dir", type=Path, default=Path("notebooks"))
     args = parser.parse_args(argv)
+    for path in getattr(args, "notebooks", None) or ():  # a clear usage error, not a traceback from nbformat
+        _check_notebook_argument(parser, path)
     try:
         if args.command == "execute":
             execute(args.notebooks, args.timeout)

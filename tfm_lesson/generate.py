@@ -47,14 +47,30 @@ def main(argv: list[str] | None = None) -> int:
     if not args.checkpoint.is_file():
         parser.error(f"no checkpoint at {args.checkpoint} (train one with python -m tfm_lesson.train --task lm)")
 
+    if args.device is not None:
+        import torch
+
+        try:
+            torch.empty(0, device=args.device)
+        except (RuntimeError, AssertionError, ValueError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            parser.error(f"--device {args.device} is not available here ({why}); "
+                         "use --device cpu, or leave it out to take a GPU when there is one")
+
     from .lm import complete, load_lm
 
     try:
         model, tokenizer, _ = load_lm(args.checkpoint, device=args.device)
     except (ValueError, RuntimeError) as exc:
         parser.error(str(exc))
-    prompt_len = len(tokenizer.encode(args.prompt or "\n"))
+    try:
+        prompt_len = len(tokenizer.encode(args.prompt or "\n"))
+    except ValueError as exc:
+        parser.error(f"prompt: {exc}")
     context = model.config.context
+    if prompt_len >= context:
+        parser.error(f"the prompt is {prompt_len} tokens but the model sees at most {context} positions (prompt and "
+                     f"new tokens together): shorten the prompt to at most {context - 1} tokens")
     if prompt_len + args.max_new_tokens > context:
         parser.error(f"the prompt is {prompt_len} tokens; with --max-new-tokens {args.max_new_tokens} that is "
                      f"{prompt_len + args.max_new_tokens}, more than the model's context of {context}: "

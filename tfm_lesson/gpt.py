@@ -45,7 +45,8 @@ class GPTConfig:
 
     ``final_norm`` adds a layer norm after the last block; it only applies with pre-norm (``norm_first``),
     since a post-norm block already ends with a norm. ``kv_heads``: heads for keys and values (``None``:
-    as many as ``heads``).
+    as many as ``heads``). ``dropout`` applies to the embeddings and to each sub-layer's output;
+    ``attention_dropout`` to the attention weights (``None``: ``dropout``; Llama has only this one).
     """
 
     vocab_size: int
@@ -65,11 +66,14 @@ class GPTConfig:
     bias: bool = True
     tie_embeddings: bool = True
     eps: float = 1e-5
+    attention_dropout: float | None = None  # dropout on the attention weights; None: the same as ``dropout``
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context", "d_model", "heads", "d_ff", "num_layers"):
             check_positive_int(getattr(self, name), name)
         check_probability(self.dropout, "dropout")
+        if self.attention_dropout is not None:
+            check_probability(self.attention_dropout, "attention_dropout")
         for name in _BOOL_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -95,6 +99,11 @@ class GPTConfig:
         return self.d_model // self.heads
 
     @property
+    def attention_p(self) -> float:
+        """The dropout probability on the attention weights."""
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    @property
     def num_kv_heads(self) -> int:
         return self.heads if self.kv_heads is None else self.kv_heads
 
@@ -115,9 +124,9 @@ def _make_attention(config: GPTConfig) -> nn.Module:
     """Self-attention called as ``attn(x, x, x, mask, cache=cache) -> (output, weights)``."""
     if config.num_kv_heads != config.heads or config.positional == "rope":  # chapter 16: GQA and/or RoPE
         rotary = RotaryEmbedding(config.d_k, config.rope_theta) if config.positional == "rope" else None
-        return GroupedQueryAttention(config.d_model, config.heads, config.num_kv_heads, config.dropout,
+        return GroupedQueryAttention(config.d_model, config.heads, config.num_kv_heads, config.attention_p,
                                      config.bias, rotary)
-    return MultiHeadAttention(config.d_model, config.heads, config.dropout, config.bias)
+    return MultiHeadAttention(config.d_model, config.heads, config.attention_p, config.bias)
 
 
 def _make_feed_forward(config: GPTConfig) -> nn.Module:

@@ -216,8 +216,12 @@ def _hf_gpt2_config(c) -> dict:
             raise ValueError(f"GPT-2 with {flag}=True is not supported by from_hf")
     if not getattr(c, "scale_attn_weights", True):
         raise ValueError("GPT-2 with scale_attn_weights=False (no 1/sqrt(d_k)) is not supported by from_hf")
+    if float(c.embd_pdrop) != float(c.resid_pdrop):
+        raise ValueError(f"GPT-2 with embd_pdrop={c.embd_pdrop} != resid_pdrop={c.resid_pdrop} is not supported: the "
+                         "course's GPT has one dropout for the embeddings and the sub-layers")
     return dict(vocab_size=c.vocab_size, context=c.n_positions, d_model=c.n_embd, heads=c.n_head,
                 d_ff=c.n_inner or 4 * c.n_embd, num_layers=c.n_layer, dropout=float(c.resid_pdrop),
+                attention_dropout=float(c.attn_pdrop),
                 norm_first=True, final_norm=True, positional="learned",
                 activation=_HF_ACTIVATIONS[c.activation_function], norm="layer", bias=True,
                 tie_embeddings=bool(c.tie_word_embeddings), eps=float(c.layer_norm_epsilon))
@@ -234,7 +238,8 @@ def _hf_rope_theta(c) -> float:
 
 
 def _hf_llama_config(c) -> dict:
-    """Llama: pre-norm RMSNorm, RoPE with ``rope_theta``, SwiGLU, grouped-query attention, no biases."""
+    """Llama: pre-norm RMSNorm, RoPE with ``rope_theta``, SwiGLU, grouped-query attention, no biases; its only
+    dropout, ``attention_dropout``, is on the attention weights (none on the embeddings or residuals)."""
     if c.hidden_act != "silu":
         raise ValueError(f"Llama with hidden_act={c.hidden_act!r} is not supported (SwiGLU uses silu)")
     d_k = c.hidden_size // c.num_attention_heads
@@ -246,7 +251,8 @@ def _hf_llama_config(c) -> dict:
         raise ValueError("Llama with attention_bias != mlp_bias is not supported: tfm_lesson has one `bias` flag")
     return dict(vocab_size=c.vocab_size, context=c.max_position_embeddings, d_model=c.hidden_size,
                 heads=c.num_attention_heads, d_ff=c.intermediate_size, num_layers=c.num_hidden_layers,
-                dropout=float(c.attention_dropout), norm_first=True, final_norm=True, positional="rope",
+                dropout=0.0, attention_dropout=float(c.attention_dropout), norm_first=True, final_norm=True,
+                positional="rope",
                 activation="swiglu", norm="rms", kv_heads=c.num_key_value_heads or c.num_attention_heads,
                 rope_theta=_hf_rope_theta(c), bias=bias, tie_embeddings=bool(c.tie_word_embeddings),
                 eps=float(c.rms_norm_eps))
@@ -321,6 +327,9 @@ def from_hf(model: nn.Module) -> nn.Module:
       ``c_proj`` -> ``w_o``; ``mlp.c_fc``/``mlp.c_proj`` -> ``w_1``/``w_2``.
     - Llama: ``q/k/v/o_proj`` -> ``w_q/w_k/w_v/w_o``; ``gate/up/down_proj`` -> ``w_gate/w_up/w_down``;
       ``input_layernorm``/``post_attention_layernorm``/``norm`` -> ``norm1``/``norm2``/``norm``.
+
+    ``lm_head`` is tied to the embedding when it is the same tensor in ``model``, whatever the config says;
+    otherwise its own weights are copied.
     """
     from .gpt import GPT
 
@@ -331,7 +340,14 @@ def from_hf(model: nn.Module) -> nn.Module:
     if kind in ("gpt2", "llama") and not hasattr(model, "lm_head"):
         raise TypeError(f"from_hf needs the model with its language-model head ({'GPT2LMHeadModel' if kind == 'gpt2' else 'LlamaForCausalLM'}), "
                         f"got {type(model).__name__}")
-    ours = GPT(hf_config(model))
+    config = hf_config(model)
+    embedding = model.transformer.wte if kind == "gpt2" else model.model.embed_tokens
+    # The config's tie_word_embeddings can disagree with the weights (a head untied after loading, say): what
+    # counts is whether lm_head really is the embedding matrix. If not, its own numbers are copied.
+    shared = model.lm_head.weight is embedding.weight
+    if config.tie_embeddings != shared:
+        config = type(config)(**{**config.to_dict(), "tie_embeddings": shared})
+    ours = GPT(config)
     ref = next(model.parameters())
     ours.to(device=ref.device, dtype=ref.dtype)
     _copy(_gpt2_pairs(ours, model) if kind == "gpt2" else _llama_pairs(ours, model), into_ours=True)

@@ -350,8 +350,9 @@ def read_lm(path: str | os.PathLike) -> dict:
         raise FileNotFoundError(f"no checkpoint at {path}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ValueError(f"{path} is not a tfm_lesson language-model checkpoint: {exc}") from exc
+    except Exception as exc:  # torch's own message advises weights_only=False, which would run code from the file
+        raise ValueError(f"{path} is not a tfm_lesson language-model checkpoint: torch cannot read it "
+                         f"({type(exc).__name__}; a damaged or foreign file)") from None
     if not isinstance(payload, dict) or payload.get("format") != LM_FORMAT:
         raise ValueError(f"{path} is not a tfm_lesson language-model checkpoint (written by "
                          "`python -m tfm_lesson.train --task lm` or tfm_lesson.lm.save_lm)")
@@ -361,10 +362,17 @@ def read_lm(path: str | os.PathLike) -> dict:
 def load_lm(path: str | os.PathLike, device: torch.device | str | None = None) -> LMCheckpoint:
     """Rebuild ``(model, tokenizer, extra)`` from :func:`save_lm`'s file (no code from the file runs)."""
     payload = read_lm(path)
-    model = GPT(GPTConfig(**payload["config"]))
-    model.load_state_dict(payload["state_dict"])
+    try:
+        model = GPT(GPTConfig(**payload["config"]))
+        model.load_state_dict(payload["state_dict"])
+        tokenizer = BPETokenizer.from_dict(json.loads(payload["tokenizer"]))
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        raise ValueError(f"{path} is an incomplete or damaged language-model checkpoint: {what}") from None
+    if len(tokenizer) != model.config.vocab_size:
+        raise ValueError(f"{path}: its tokenizer has {len(tokenizer)} tokens but the model has vocab_size="
+                         f"{model.config.vocab_size}; the tokenizer belongs to another model")
     device = torch.device(device) if device is not None else default_device()
-    tokenizer = BPETokenizer.from_dict(json.loads(payload["tokenizer"]))
     return LMCheckpoint(model.to(device).eval(), tokenizer, payload.get("extra", {}))
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from ._validate import check_positive_int, check_probability, check_tokens
-from .cache import DecoderCache, causal_mask_with_offset
+from .cache import DecoderCache, causal_mask_with_offset, check_decoder_cache
 from .decoder import Decoder
 from .encoder import Encoder
 from .feedforward import ACTIVATIONS
@@ -175,7 +175,7 @@ class Transformer(nn.Module):
         when the target holds padding). ``check_ids=False`` skips the id check (one host sync) for ids that
         the model itself produced.
         """
-        offset = 0 if cache is None else len(cache[0].self_attn)
+        offset = 0 if cache is None else check_decoder_cache(cache, len(self.decoder.layers))
         x = self._embed(tgt, self.tgt_embed, "tgt", self.config.tgt_vocab, offset, check_ids)
         if tgt_mask is None:
             if cache is None:

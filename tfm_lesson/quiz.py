@@ -251,8 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     from ._io import atomic_open
 
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m tfm_lesson.quiz OUT.md   (writes the instructors' page of every quiz)", file=sys.stderr)
+    usage = "usage: python -m tfm_lesson.quiz OUT.md   (writes the instructors' page of every quiz)"
+    if args in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    if len(args) != 1 or args[0].startswith("-"):
+        print(usage, file=sys.stderr)
         return 2
     out = Path(args[0])
     text = instructor_markdown(chapter_titles())

@@ -156,6 +156,8 @@ def compare_to_reference(history: dict, task: str, plot: bool = True, ax=None, m
     run leaves the band."""
     if not isinstance(history, dict) or "loss" not in history:
         raise TypeError("history must be a dict with a 'loss' list (and a 'step' list), as train() returns")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < math.inf:
+        raise ValueError(f"margin must be a finite number >= 0 (a relative widening of the band), got {margin!r}")
     ref = load_reference(task)
     every, logv = ref["every"], ref["log_vocab"]
     losses = list(history["loss"])
@@ -178,7 +180,13 @@ def compare_to_reference(history: dict, task: str, plot: bool = True, ax=None, m
     elif seen:
         dropped = [i for i in seen if hi[i] < 0.7 * logv]  # windows where every reference run has clearly learned
         if dropped and all(mine[i] > 0.85 * logv for i in dropped):
-            causes.append(CAUSES["flat"].format(logv=logv))
+            if all(mine[i] < 1.5 * logv for i in dropped):
+                causes.append(CAUSES["flat"].format(logv=logv))
+            else:  # far above a uniform guess: not "flat near log V"
+                top = max(mine[i] for i in dropped)
+                causes.append(f"the loss stays far above log V = {logv:.2f} (it reaches {top:.3g}), worse than a "
+                              "model that guesses uniformly: the run diverges, or the loss is not the mean "
+                              "cross-entropy per token (a sum instead of a mean, or probabilities passed as logits)")
         else:
             early = [i for i in seen if i < max(1, len(ref_steps) // 3)]
             leaks = [i for i in early if mine[i] < lo_b[i]]

@@ -92,7 +92,15 @@ def next_token_probs(logits: Tensor, temperature: float = 1.0, top_k: int | None
     ``temperature == 0`` is greedy: all the mass on the argmax."""
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float()
-    z = logits.float() / temperature
+    if torch.isneginf(logits).all(dim=-1).any():
+        raise ValueError("a row of logits is -inf everywhere: no token is allowed")
+    logits = logits.float()
+    z = logits / temperature
+    if torch.isposinf(z).any() or torch.isnan(z).any():
+        # A tiny temperature overflows: measured from each row's maximum instead, the best token gets 0 and the
+        # others a negative number or -inf (greedy in the limit), never inf - inf = NaN.
+        gap = logits - logits.amax(dim=-1, keepdim=True)  # (..., vocab), <= 0
+        z = torch.where(gap == 0, 0.0, gap / temperature)
     if top_k is not None:
         z = filter_top_k(z, top_k)
     if top_p is not None:
@@ -113,6 +121,9 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
     if logits.dim() != 2:
         raise ValueError(f"logits must be shaped (batch, vocab), got shape {tuple(logits.shape)}")
     check_sampling(temperature, top_k, top_p)
+    if torch.isnan(logits).any():
+        raise ValueError("logits hold NaN (the model's output is not a number: a diverged or broken model?); "
+                         "no token can be chosen")
     if temperature == 0:
         return logits.argmax(dim=-1)  # (batch,)
     probs = next_token_probs(logits, temperature, top_k, top_p)  # (batch, vocab)

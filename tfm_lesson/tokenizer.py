@@ -37,6 +37,7 @@ import heapq
 import json
 import os
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -50,6 +51,11 @@ __all__ = ["BPETokenizer", "GPT2_PATTERN", "pretokenize", "merge_pair", "gpt2_by
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"""
 FORMAT = "tfm_lesson-bpe/1"
 _CACHE_LIMIT = 200_000
+#: Training cuts a pre-tokenised chunk longer than this many characters into pieces of at most this length, so
+#: that text without spaces (one enormous chunk) costs time linear in its length, not length x merges.
+MAX_TRAIN_CHUNK = 32
+#: Texts longer than this (characters) print their training progress (``progress=None``).
+PROGRESS_FROM = 1_000_000
 
 
 def pretokenize(text: str, pattern: str | None = GPT2_PATTERN) -> list[str]:
@@ -157,10 +163,14 @@ class BPETokenizer:
 
     # ------------------------------------------------------------------------------------------- training
     def train(self, text: str, vocab_size: int, min_frequency: int = 2, tie_break: str = "bytes",
-              verbose: bool = False) -> "BPETokenizer":
+              verbose: bool = False, progress: bool | None = None) -> "BPETokenizer":
         """Learn ``vocab_size - 256`` merges from ``text`` (fewer if no pair occurs ``min_frequency`` times).
 
-        Replaces any merges learned before. Returns ``self``.
+        Replaces any merges learned before. Returns ``self``. With a split pattern, a chunk longer than
+        :data:`MAX_TRAIN_CHUNK` characters (a run of text without spaces) is cut into pieces of that length, so
+        no merge is learned across the cuts and training stays near-linear in the text's length.
+        ``progress``: print a line every tenth of the merges to stderr (``None``: for texts longer than
+        :data:`PROGRESS_FROM` characters); ``verbose`` prints every merge.
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -181,7 +191,15 @@ class BPETokenizer:
         def rank(t: int) -> int:  # the order among equally frequent pairs; merged tokens by id
             return byte_rank[t] if t < 256 else t
 
-        counts = Counter(self.chunks(text))
+        pieces = self.chunks(text)
+        if self._regex is not None:
+            pieces = [c[i: i + MAX_TRAIN_CHUNK] for c in pieces for i in range(0, len(c), MAX_TRAIN_CHUNK)]
+        counts = Counter(pieces)
+        show = len(text) > PROGRESS_FROM if progress is None else bool(progress)
+        wanted = vocab_size - 256
+        if show:
+            print(f"BPE: {len(text):,} characters in {len(counts):,} distinct chunks; learning {wanted} merges",
+                  file=sys.stderr, flush=True)
         words = [list(chunk.encode("utf-8")) for chunk in counts]  # each distinct chunk once ...
         freqs = list(counts.values())  # ... with how often it occurs
         pair_counts: Counter = Counter()
@@ -202,6 +220,8 @@ class BPETokenizer:
             if current < min_frequency:
                 break
             new_id = self._add_merge(pair)
+            if show and wanted >= 10 and len(self.merges) % (wanted // 10) == 0:
+                print(f"BPE: {len(self.merges)}/{wanted} merges", file=sys.stderr, flush=True)
             if verbose:
                 print(f"merge {len(self.merges):4d}: {self.vocab[pair[0]]!r} + {self.vocab[pair[1]]!r} "
                       f"-> {new_id} ({current} times)")
@@ -251,6 +271,12 @@ class BPETokenizer:
         """``text`` -> token ids."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__} (decode bytes to str first)")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800": no UTF-8 bytes exist for it
+            raise ValueError(f"text cannot be encoded: position {exc.start} holds {text[exc.start]!r}, which has "
+                             "no UTF-8 bytes (a lone surrogate); remove it or read the file with errors='replace'"
+                             ) from None
         out: list[int] = []
         for chunk in self.chunks(text):
             out.extend(self._encode_chunk(chunk))

@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._validate import check_features, check_positive_int, check_probability
+from .._validate import check_dtype, check_features, check_positive_int, check_probability
 from ..attention import fast_attention, scaled_dot_product_attention
+from ..cache import KVCache
 from ..masks import check_mask
 from .rotary import RotaryEmbedding
 
@@ -87,10 +88,17 @@ class GroupedQueryAttention(nn.Module):
         check_features(query, "query", self.d_model)
         check_features(key, "key", self.d_model)
         check_features(value, "value", self.d_model)
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            check_dtype(t, name, self.w_q.weight, "GroupedQueryAttention")
         batch, q_len = query.shape[:2]
         if key.size(0) != batch or value.size(0) != batch or key.size(1) != value.size(1):
             raise ValueError(f"query, key and value must share the batch size and key/value their length: got "
                              f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a KVCache (GroupedQueryAttention is self-attention), got "
+                                f"{type(cache).__name__}")
+            cache.check_use(query, key)
         offset = 0 if cache is None else len(cache)  # the position of the first new token
         q = self._split(self.w_q(query), self.heads)  # (batch, heads, q_len, d_k)
         k = self._split(self.w_k(key), self.kv_heads)  # (batch, kv_heads, new_len, d_k)

@@ -9,7 +9,8 @@ sub-layer sees vectors of a fixed size whatever the residual stream has grown to
 one reduction per position and, in practice, costs no quality (Zhang & Sennrich; every Llama).
 
 Same semantics as ``torch.nn.RMSNorm``: the mean of squares over the last dimension, ``eps`` *inside* the
-square root, a learned gain ``weight`` initialised to ones; ``eps=None`` means ``torch.finfo(x.dtype).eps``.
+square root, a learned gain ``weight`` initialised to ones; ``eps=None`` means ``torch.finfo(x.dtype).eps``;
+statistics in float32 for float16 and bfloat16 inputs, the result in the input's dtype.
 """
 from __future__ import annotations
 
@@ -22,12 +23,19 @@ __all__ = ["RMSNorm", "rms_norm"]
 
 
 def rms_norm(x: Tensor, weight: Tensor | None, eps: float | None = 1e-5) -> Tensor:
-    """The explicit computation. ``x (..., d_model)`` -> same shape."""
+    """The explicit computation. ``x (..., d_model)`` -> same shape and dtype.
+
+    The statistics are computed in float32 (or wider) whatever ``x``'s dtype, and the result is cast back,
+    as ``nn.RMSNorm`` does: in float16, ``300 ** 2`` overflows to inf (the output would be 0) and
+    ``1e-4 ** 2`` underflows to 0.
+    """
     if eps is None:
         eps = torch.finfo(x.dtype).eps
-    mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1): no mean subtracted
-    x_hat = x * torch.rsqrt(mean_square + eps)  # eps inside the root
-    return x_hat if weight is None else x_hat * weight
+    x32 = x.to(torch.promote_types(x.dtype, torch.float32))
+    mean_square = x32.pow(2).mean(dim=-1, keepdim=True)  # (..., 1): no mean subtracted
+    x_hat = x32 * torch.rsqrt(mean_square + eps)  # eps inside the root
+    out = x_hat if weight is None else x_hat * weight.to(x32.dtype)
+    return out.to(x.dtype)
 
 
 class RMSNorm(nn.Module):

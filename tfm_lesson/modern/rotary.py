@@ -97,7 +97,10 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_k: int, base: float = 10000.0, interleaved: bool = False) -> None:
         super().__init__()
-        self.d_k, self.base, self.interleaved = _check_d_k(d_k), _check_base(base), bool(interleaved)
+        if not isinstance(interleaved, bool):
+            hint = " (a string is not a boolean: 'no' would count as true)" if isinstance(interleaved, str) else ""
+            raise TypeError(f"interleaved must be True or False, got {interleaved!r}{hint}")
+        self.d_k, self.base, self.interleaved = _check_d_k(d_k), _check_base(base), interleaved
         self.register_buffer("theta", rotary_frequencies(d_k, base), persistent=False)  # (d_k/2,)
 
     def cos_sin(self, seq_len: int, offset: int = 0, device: torch.device | None = None) -> tuple[Tensor, Tensor]:

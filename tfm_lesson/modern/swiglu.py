@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._validate import check_features, check_positive_int, check_probability
+from .._validate import check_dtype, check_features, check_positive_int, check_probability
 
 __all__ = ["SwiGLU", "swiglu_hidden"]
 
@@ -52,6 +52,7 @@ class SwiGLU(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x ``(batch, seq_len, d_model)`` -> ``(batch, seq_len, d_model)``."""
         check_features(x, "x", self.d_model)
+        check_dtype(x, "x", self.w_gate.weight, "SwiGLU")
         gated = F.silu(self.w_gate(x)) * self.w_up(x)  # (batch, seq_len, hidden)
         return self.w_down(self.dropout(gated))  # (batch, seq_len, d_model)
 
