@@ -614,7 +614,7 @@ def plot_points(groups: Mapping[str, Sequence[float]], interval: str | Callable 
 
 @_styled
 def plot_distributions(samples: Mapping[str, Sequence[float]], title: str | None = None, xlabel: str | None = None,
-                       bins: int | str = "auto", kde: bool = False, ax=None) -> Figure:
+                       bins: int | str = 40, kde: bool = False, ax=None) -> Figure:
     """The distribution of each named sample as a step histogram on one axes (``seaborn.histplot``, density
     so that samples of different sizes compare), with a smoothed curve when ``kde``."""
     samples = _check_mapping(samples, "samples")
@@ -628,6 +628,12 @@ def plot_distributions(samples: Mapping[str, Sequence[float]], title: str | None
     _sns().histplot(data=data, x="value", hue="sample", hue_order=list(values), bins=bins, stat="density",
                     common_norm=False, element="step", kde=kde, ax=ax, palette=PALETTE[:len(values)],
                     line_kws={"linewidth": 1.6})
+    legend = ax.get_legend()
+    if legend is not None:
+        legend.set_title(None)
+        legend.set_frame_on(False)
+        for text in legend.get_texts():
+            text.set_fontsize(FONT - 1)
     ax.grid(True, alpha=0.3, linewidth=0.6)
     style_axes(ax, title, xlabel or "value", "density")
     return fig

@@ -173,6 +173,18 @@ print("per-position mean after:", x_hat.mean(-1).abs().max().item() < 1e-6)
 print("per-position std after: ", [f"{v:.3f}" for v in x_hat.std(-1, unbiased=False).flatten().tolist()])
 
 # %% [markdown]
+# The same with many more numbers, as a picture: 512 positions of 64 features, drawn with mean 1 and standard
+# deviation 3, before and after normalising each position (no gain, no shift). Each histogram counts every
+# feature value of every position; the curve over it is a smoothed version of the same counts.
+
+# %% mystnb={"image": {"alt": "Two histograms with smoothed curves: the values before normalising spread widely around 1, while after normalising each position they form a narrow bell centred on 0 with spread 1."}}
+wide = torch.randn(512, 64, generator=torch.Generator().manual_seed(0)) * 3 + 1  # (positions, d_model)
+wide_hat = layer_norm_vectorised(wide, torch.ones(64), torch.zeros(64))          # (positions, d_model)
+viz.plot_distributions({"before: mean 1, std 3": wide, "after normalising each position": wide_hat}, kde=True,
+                       title="Every feature value of 512 positions, before and after layer norm",
+                       xlabel="value of one feature")
+
+# %% [markdown]
 # ### What the two classic slips cost
 #
 # **Unbiased variance.** Dividing by $d_{\text{model}} - 1$ makes $\sigma$ too large by
@@ -209,7 +221,7 @@ for s in scales:
 for name, errs in errors.items():
     print(f"{name:34s}", [f"{e:.0e}" for e in errs])
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the log relative error of each layer-norm slip as the input's standard deviation shrinks from 1 to 0.001: the errors grow as the variance approaches epsilon."}}
 viz.plot_lines({k: [math.log10(max(e, 1e-12)) for e in v] for k, v in errors.items()},
                x=[-math.log10(s) for s in scales], title="Relative error of each slip as the input's variance shrinks",
                xlabel="-log10(std of the input): 0 is std 1, 3 is std 0.001",
@@ -483,17 +495,17 @@ stats = {name: depth_statistics(encoder_stack(layers, norm_first).to(device), x)
          for name, norm_first in (("post-norm (paper)", False), ("pre-norm", True))}
 depth_axis = list(range(1, layers + 1))
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the output's standard deviation by layer at initialisation: the pre-norm curve rises with depth while the post-norm curve stays flat at 1."}}
 viz.plot_lines({k: s["activation_std"] for k, s in stats.items()}, x=depth_axis,
                title="Residual stream scale by depth at initialisation: pre-norm grows, post-norm is reset",
                xlabel="layer l", ylabel="std of layer l's output")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the gradient that reaches each layer's output relative to the top layer: it shrinks towards the bottom layers in post-norm and stays near 1 in pre-norm."}}
 viz.plot_lines({k: s["input_gradient_norm"] for k, s in stats.items()}, x=depth_axis,
                title="Gradient reaching layer l's output, relative to the top layer",
                xlabel="layer l (1 = bottom)", ylabel="||dL/dx_l|| / ||dL/dx_L||")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the gradient norm of each layer's parameters at initialisation for post-norm and pre-norm, layer 1 at the bottom to the top layer."}}
 viz.plot_lines({k: s["gradient_norm"] for k, s in stats.items()}, x=depth_axis,
                title="Gradient norm of each layer's parameters at initialisation",
                xlabel="layer l (1 = bottom)", ylabel="||dL/dθ_l||")
@@ -587,7 +599,7 @@ depths = [2, 4, 8, 16]
 change = {name: [output_change_after_one_step(n, norm_first, 1e-3) for n in depths]
           for name, norm_first in (("post-norm (paper)", False), ("pre-norm", True))}
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of how much one Adam step changes the output as the number of layers grows, one curve for post-norm and one for pre-norm."}}
 viz.plot_lines(change, x=depths, title="How far ONE Adam step (lr 1e-3, no warm-up) moves the output",
                xlabel="number of layers L", ylabel="relative change of the output")
 
@@ -636,7 +648,7 @@ for name, values in change.items():
 # stream growth and the gradient gap widen). Outside a live notebook you see the starting picture: 8
 # layers, both placements.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture for 8 layers: left, activation standard deviation per layer for post-norm and pre-norm; right, the gradient norm of each layer's parameters on a log scale."}}
 depth_explorer(max_layers=24, layers=8)
 
 # %% [markdown]

@@ -445,7 +445,7 @@ history = train_lm(model, data, minutes=0.75, batch_size=32, lr=3e-3, device=dev
 steps, seconds = len(history["step"]), history["seconds"][-1]
 print(f"{steps} steps in {seconds:.0f} s on {device.type} ({platform.machine()}, {os.cpu_count()} CPU cores visible)")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the language model's next-token training loss over the training steps, falling quickly at first and then slowly."}}
 viz.plot_lines({"training loss (one batch)": history["loss"]},
                x=history["step"], title="Next-token cross-entropy while training", xlabel="step", ylabel="cross-entropy")
 
@@ -476,7 +476,7 @@ for seed in range(3):
 # Take one prompt and look at the model's next-token distribution, sorted from the most probable token down.
 # The temperature reshapes it: below 1 the head grows, above 1 the tail does.
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the probabilities of the 15 most probable next tokens at temperatures 0.5, 1 and 2: the low temperature makes the top tokens more probable, the high one flattens the curve."}}
 prompt = "The small"
 with torch.no_grad():
     logits = model(torch.tensor([tokenizer.encode(prompt)], device=device))[0, -1].cpu()  # (vocab,)
@@ -533,7 +533,7 @@ print("greedy, cached == uncached:", cached == uncached)
 # temperature, top-k and top-p make of it (blue); below, the model's continuation. top-k 0 and top-p 1 mean
 # "off"; temperature 0 is greedy. (In a static view, such as the book, you see the default settings.)
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: bars of the most probable next tokens as the model gives them and after temperature and filtering, above the prompt and a 40-token sample."}}
 widgets.sampling_widget(model, tokenizer, "The small", max_new_tokens=40)
 
 # %% [markdown]

@@ -710,7 +710,7 @@ else:
 # with the full ablation below), and the seeds disagree: look at how wide the interval of the difference is.
 # That is what a budget this small can say.
 
-# %%
+# %% mystnb={"image": {"alt": "Ablation picture of two variants: left, the held-out loss of each seed with mean and standard deviation; right, the paired change of today's block with its 95% interval, which crosses zero."}}
 from tfm_lesson.data.corpus import load_corpus
 from tfm_lesson.lm import prepare_lm_data
 
@@ -731,7 +731,7 @@ plot_ablation(tiny, title="the tiny ablation: 60 steps per run")
 # package as a small table;
 # `python -m tfm_lesson.modern ablation` reruns every run and rewrites it.
 
-# %%
+# %% mystnb={"image": {"alt": "Ablation picture of seven cumulative variants: left, held-out loss per seed with mean and standard deviation; right, the paired change from the row above with its 95% interval, clearly below zero for pre-norm and for RoPE, crossing zero for the others."}}
 full = load_ablation()
 settings = full["settings"]
 seconds = sum(run["seconds"] for run in full["runs"])
@@ -770,7 +770,7 @@ plot_ablation(full)
 # slower still, which is why long-context models raise `rope_theta`. Outside a live notebook you see the
 # default.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: the RoPE score of two equal vectors against their distance for the chosen rope_theta and d_k, highest at distance 0 and falling in waves with distance."}}
 theta_slider = ipw.FloatLogSlider(value=10000, base=10, min=2, max=6.5, description="rope_theta",
                                   continuous_update=False, style={"description_width": "initial"})
 d_k_slider = ipw.Dropdown(options=[16, 32, 64, 128], value=64, description="d_k")
