@@ -109,7 +109,7 @@ scales = {
 for name, value in scales.items():
     print(f"{name:20s} mean vector norm {value:5.1f}")
 
-# %% mystnb={"image": {"alt": "Bar chart of the mean vector norm of raw embeddings, embeddings scaled by sqrt(d_model) and positional encodings: the scaled embeddings are about as large as the positional encodings."}}
+# %% mystnb={"image": {"alt": "Bar chart of the mean vector norm of raw embeddings, embeddings scaled by sqrt(d_model) and positional encodings: the raw embeddings are tiny beside the encodings, the scaled ones of the same size."}}
 viz.plot_bars({k: round(v, 1) for k, v in scales.items()}, ylabel="mean norm of a position's vector",
               title="d_model = 512: scaled embeddings match the positional encoding's size")
 

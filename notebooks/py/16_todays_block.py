@@ -770,7 +770,7 @@ plot_ablation(full)
 # slower still, which is why long-context models raise `rope_theta`. Outside a live notebook you see the
 # default.
 
-# %% mystnb={"image": {"alt": "Explorer picture: the RoPE score of two equal vectors against their distance for the chosen rope_theta and d_k, highest at distance 0 and falling in waves with distance."}}
+# %% mystnb={"image": {"alt": "Explorer picture: the RoPE score of two equal vectors against their distance for the chosen rope_theta and d_k, 1 at distance 0, dropping fast and then fluctuating at a lower level over 2,000 positions."}}
 theta_slider = ipw.FloatLogSlider(value=10000, base=10, min=2, max=6.5, description="rope_theta",
                                   continuous_update=False, style={"description_width": "initial"})
 d_k_slider = ipw.Dropdown(options=[16, 32, 64, 128], value=64, description="d_k")
