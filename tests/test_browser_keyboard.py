@@ -31,6 +31,9 @@ FOCUS = """() => {
 }"""
 
 
+RADIO_INDEX = """() => [...document.querySelectorAll('.tfm-quiz-choice input[type=radio]')].indexOf(document.activeElement)"""
+
+
 def _tab_to(page, target: str, limit: int = 120) -> list[str]:
     """Press Tab until the focus is on ``target`` (see FOCUS); the focus path, for the error message."""
     path = []
@@ -56,9 +59,13 @@ def test_quiz_and_slider_with_the_keyboard_alone(tmp_path):
         page.keyboard.press("Escape")  # command mode: Tab now walks the page, not the cell's editor
 
         _tab_to(page, "choice")
-        page.keyboard.press("ArrowDown")  # the radio group: arrows move the choice (to B. d_k)
-        if not page.locator(".tfm-quiz-choice input[type=radio]").nth(1).is_checked():
-            page.keyboard.press("ArrowDown")  # focus was on the group with nothing chosen: the first press chose A
+        # Tab walks the options (JupyterLab keeps the arrow keys for moving between cells); Space picks one
+        for _ in range(4):
+            if page.evaluate(RADIO_INDEX) == 1:
+                break
+            page.keyboard.press("Tab")
+        assert page.evaluate(RADIO_INDEX) == 1, "Tab did not reach option B of the quiz"
+        page.keyboard.press("Space")
         assert page.locator(".tfm-quiz-choice input[type=radio]").nth(1).is_checked()
         _tab_to(page, "check")
         page.keyboard.press("Enter")
