@@ -598,12 +598,13 @@ def plot_points(groups: Mapping[str, Sequence[float]], interval: str | Callable 
     data = {"group": [k for k in names for _ in values[k]], "value": [v for k in names for v in values[k]]}
     palette = {k: (colors or {}).get(k, PALETTE[0]) for k in names}
     sns = _sns()
-    if show_values:
-        sns.stripplot(data=data, x="value", y="group", hue="group", order=names, hue_order=names, ax=ax,
-                      palette={k: PALETTE[5] for k in names}, jitter=False, size=4, alpha=0.8, legend=False)
     sns.pointplot(data=data, x="value", y="group", hue="group", order=names, hue_order=names, ax=ax,
                   palette=palette, errorbar=interval, estimator="mean", linestyle="none", markers="s",
-                  capsize=0.25, err_kws={"linewidth": 1.5}, legend=False)
+                  markersize=5, capsize=0.25, err_kws={"linewidth": 1.5}, legend=False)
+    if show_values:  # drawn last: the values stay visible on top of the mean
+        sns.stripplot(data=data, x="value", y="group", hue="group", order=names, hue_order=names, ax=ax,
+                      palette={k: PALETTE[5] for k in names}, jitter=False, size=4, alpha=0.9, legend=False,
+                      edgecolor="black", linewidth=0.4)
     if zero_line is not None:
         ax.axvline(zero_line, color="black", linestyle="--", linewidth=1)
     ax.grid(True, axis="x", alpha=0.3)

@@ -648,7 +648,7 @@ for name, values in change.items():
 # stream growth and the gradient gap widen). Outside a live notebook you see the starting picture: 8
 # layers, both placements.
 
-# %% mystnb={"image": {"alt": "Explorer picture for 8 layers: left, activation standard deviation per layer for post-norm and pre-norm; right, the gradient norm of each layer's parameters on a log scale."}}
+# %% mystnb={"image": {"alt": "Explorer picture for 8 layers: left, the output's standard deviation per layer, growing for pre-norm and fixed at 1 for post-norm; right, each layer's parameter gradient norm on a log scale, post-norm's above pre-norm's and both falling towards the top."}}
 depth_explorer(max_layers=24, layers=8)
 
 # %% [markdown]

@@ -173,7 +173,7 @@ def plot_ablation(results: dict, title: str | None = None):
     plot_points({name: list(by_seed[name].values()) for name in names}, interval="sd", ax=left,
                 xlabel="held-out loss (nats per token)",
                 title=f"mean ± 1 std over {len(settings['seeds'])} seeds (dots)" +
-                (f"; unigram baseline {unigram:.2f}" if unigram is not None else ""))
+                (f"\nunigram baseline {unigram:.2f}" if unigram is not None else ""))
     # the right panel: the paired change from the row above, with the 95% interval summarise() computes
     # (Student's t over the seeds' differences); seaborn draws that interval as given
     diffs = {name: [by_seed[name][s] - by_seed[before][s] for s in by_seed[name] if s in by_seed[before]]
@@ -184,7 +184,7 @@ def plot_ablation(results: dict, title: str | None = None):
     plot_points({name: diffs.get(name, [float("nan")]) for name in names}, show_values=False, zero_line=0.0,
                 interval=lambda d: interval.get(tuple(d), (float("nan"), float("nan"))), colors=colours, ax=right,
                 xlabel="change from the row above (95% interval)",
-                title="grey: inside the noise (interval crosses 0)")
+                title="paired change, 95% interval\ngrey: inside the noise (crosses 0)")
     fig.suptitle(title or f"{settings['steps']} steps per run; lower is better", fontsize=11)
     return fig
 
