@@ -21,6 +21,7 @@ import functools
 import io
 import math
 import re
+import textwrap
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -220,6 +221,12 @@ _as_array, _squeeze_to, _labels, _figure, _style_axes, _set_ticks = as_array, sq
     style_axes, set_ticks
 
 
+def _fit_title(title: str, fig) -> str:
+    """A long title wrapped to the width of a small figure it would otherwise overhang (into the colourbar)."""
+    width = fig.get_size_inches()[0]
+    return "\n".join(textwrap.wrap(title, max(28, int(8.5 * width)))) if len(title) > 8.5 * width else title
+
+
 def _heatmap_size(rows: int, cols: int) -> tuple[float, float]:
     cell = 0.45 if max(rows, cols) <= 12 else max(0.12, 5.5 / max(rows, cols))
     return 1.9 + cols * cell, 1.4 + rows * cell
@@ -309,7 +316,8 @@ def show_attention(weights, x_tokens=None, y_tokens=None, title: str | None = No
     q_len, k_len = arr.shape
     x_labels = token_labels(x_tokens, k_len, "x_tokens", "keys (columns)")
     y_labels = token_labels(y_tokens, q_len, "y_tokens", "queries (rows)")
-    if ax is None:
+    own = ax is None
+    if own:
         fig = new_figure(*_heatmap_size(q_len, k_len))
         ax = fig.add_subplot()
     else:
@@ -321,7 +329,8 @@ def show_attention(weights, x_tokens=None, y_tokens=None, title: str | None = No
     square = max(q_len, k_len) <= 40 and max(q_len, k_len) <= 2.5 * min(q_len, k_len)
     heatmap(ax, arr, WEIGHT_CMAP, low, top, x_labels, y_labels, annotate=q_len <= 10 and k_len <= 10,
             cbar_label="weight", square=square, fast=fast)
-    style_axes(ax, title or "Attention weights", xlabel, ylabel)
+    title = title or "Attention weights"
+    style_axes(ax, _fit_title(title, fig) if own else title, xlabel, ylabel)
     return fig
 
 
@@ -437,7 +446,8 @@ def show_mask(mask, x_tokens=None, y_tokens=None, title: str | None = None, ax=N
     x_labels = token_labels(x_tokens, k_len, "x_tokens", "keys (columns)")
     y_labels = token_labels(y_tokens, q_len, "y_tokens", "queries (rows)") if q_len > 1 or y_tokens is not None \
         else None
-    if ax is None:
+    own = ax is None
+    if own:
         w, h = _heatmap_size(q_len, k_len)
         fig = new_figure(w + 0.8, h)
         ax = fig.add_subplot()
@@ -456,7 +466,8 @@ def show_mask(mask, x_tokens=None, y_tokens=None, title: str | None = None, ax=N
     if q_len == 1 and y_labels is None:
         ax.set_yticks([0.5])
         ax.set_yticklabels(["every query"])
-    style_axes(ax, title or f"Mask: {int(arr.sum())} of {arr.size} pairs may attend", "key", "query")
+    title = title or f"Mask: {int(arr.sum())} of {arr.size} pairs may attend"
+    style_axes(ax, _fit_title(title, fig) if own else title, "key", "query")
     ax.legend(handles=[Patch(facecolor=visible, edgecolor="grey", label="True: may attend"),
                        Patch(facecolor=blocked, edgecolor="grey", label="False: blocked")],
               loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=FONT - 1, frameon=False)
@@ -505,7 +516,7 @@ def show_matrix(matrix, title: str | None = None, xlabel: str | None = None, yla
         set_ticks(ax, None, cols, "x", 16)
     if y_labels is None:
         set_ticks(ax, None, rows, "y", 16)
-    style_axes(ax, title or f"Matrix {rows} x {cols}", xlabel or "column", ylabel or "row")
+    style_axes(ax, _fit_title(title or f"Matrix {rows} x {cols}", fig), xlabel or "column", ylabel or "row")
     return fig
 
 
