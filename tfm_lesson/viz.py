@@ -240,10 +240,11 @@ def heatmap(ax, values: np.ndarray, cmap=WEIGHT_CMAP, vmin: float | None = None,
 
     ``seaborn.heatmap`` draws it (``annotate`` writes each value, white on dark cells; ``lines`` draws white
     cell borders). ``fast=True`` draws the same cells as one image (``imshow``), which is what the explorers
-    use: on a redraw of a whole explorer figure, measured on a 2-core machine (load about 2), a 6 x 6 map with
-    values took 0.93 s with seaborn against 0.88 s as an image, a 10 x 10 map 0.49 s against 0.41 s and a
-    64 x 64 table 0.72 s against 0.50 s, and a slider should answer as fast as it can. Returns the colour
-    mapping (for a colourbar of one's own).
+    use, because a slider should answer as fast as it can: rendering an explorer-sized figure to PNG
+    (interleaved, median of 5, 2-core machine at load 2), a 6 x 6 map with values took 0.93 s with seaborn
+    against 0.88 s as an image, a 10 x 10 map 0.49 s against 0.41 s, a 64 x 64 table 0.72 s against 0.50 s.
+    (Whole explorer redraws at load 8-9 differed by under 5%, within that noise.) Returns the colour mapping
+    (for a colourbar of one's own).
     """
     arr = np.asarray(values, dtype=np.float64)
     rows, cols = arr.shape
