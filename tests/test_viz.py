@@ -51,6 +51,14 @@ def _all_figures(device: str) -> dict[str, Figure]:
         "plot_history": viz.plot_history({"train_loss": [3, 2, 1], "val_loss": [3, 2.5, 2], "lr": [1e-4, 2e-4, 1e-4]}),
         "plot_bars": viz.plot_bars({"encoder": 18_900_000, "decoder": torch.tensor(25_200_000, device=device)}),
         "show_positional_encoding": viz.show_positional_encoding(sinusoidal_table(20, 16).to(device)),
+        "plot_band": viz.plot_band({0: [3, 2, 1.0], 1: torch.tensor([3.2, 2.1, 1.1], device=device)}, x=[10, 20, 30],
+                                   yours=[3.1, 2.5, float("nan")], lower=[2.5, 1.5, 0.5], upper=[3.5, 2.5, 1.5],
+                                   baseline=3.3, title="band"),
+        "plot_points": viz.plot_points({"a": [1.0, 1.2, 1.1], "b": torch.tensor([0.5, 0.7], device=device)},
+                                       title="points", zero_line=0.0),
+        "plot_distributions": viz.plot_distributions({"before": torch.randn(200, device=device) * 3,
+                                                      "after": [0.1, -0.2, 0.3]}, title="values", kde=True),
+        "plot_scatter": viz.plot_scatter({"encoder": ([0.1, 0.5], [1, 2]), "decoder": ([0.3], [0.5])}, title="heads"),
     }
 
 
@@ -95,35 +103,79 @@ def test_attention_draws_into_given_axes_and_drops_leading_ones() -> None:
     ax = fig.add_subplot()
     out = viz.show_attention(_weights(1, 1, 3, 3), ax=ax)
     assert out is fig
-    assert ax.images[0].get_array().shape == (3, 3)
+    assert viz.heatmap_data(ax).shape == (3, 3)
+    fast = Figure().add_subplot()
+    viz.show_attention(_weights(1, 1, 3, 3), ax=fast, fast=True)  # the explorers' image path: same cells
+    assert np.array_equal(viz.heatmap_data(fast), viz.heatmap_data(ax))
+    assert fast.get_xlim() == ax.get_xlim() == (0.0, 3.0)
 
 
 def test_heads_grid_shape() -> None:
     fig = viz.show_heads(_weights(3, 2, 5, 5))  # 3 layers x 2 heads
-    panels = [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
+    panels = [ax for ax in fig.axes if viz.heatmap_data(ax) is not None]
     assert len(panels) == 6
     assert [ax.get_title() for ax in panels[:2]] == ["head 0", "head 1"]
     assert [ax.get_ylabel() for ax in panels[::2]] == ["layer 0", "layer 1", "layer 2"]
     stacked = viz.show_heads([_weights(1, 2, 5, 5), _weights(1, 2, 5, 5)])  # a list of per-layer records
-    assert len([ax for ax in stacked.axes if ax.images and ax.get_label() != "<colorbar>"]) == 4
+    assert len([ax for ax in stacked.axes if viz.heatmap_data(ax) is not None]) == 4
 
 
 def test_mask_shows_true_and_false() -> None:
     fig = viz.show_mask(causal_mask(4))
-    shown = fig.axes[0].images[0].get_array()
+    shown = viz.heatmap_data(fig.axes[0])
     assert np.array_equal(np.asarray(shown), np.tril(np.ones((4, 4))))
     assert "10 of 16" in fig.axes[0].get_title()
     tokens = torch.tensor([[5, 6, 7, 0, 0]])
     row = viz.show_mask(padding_mask(tokens, 0))  # (1, 1, 1, 5): one row for every query
-    assert np.asarray(row.axes[0].images[0].get_array()).tolist() == [[1, 1, 1, 0, 0]]
+    assert viz.heatmap_data(row.axes[0]).tolist() == [[1, 1, 1, 0, 0]]
 
 
 def test_matrix_center_gives_symmetric_diverging_scale() -> None:
     fig = viz.show_matrix(np.array([[-1.0, 3.0], [0.5, 2.0]]), center=0)
-    im = fig.axes[0].images[0]
+    im = fig.axes[0].collections[0]  # seaborn's heatmap: a mesh of cells
     assert im.get_clim() == (-3.0, 3.0)
     assert im.get_cmap().name == viz.DIVERGING_CMAP
-    assert viz.show_matrix([[1, 2], [3, 4]]).axes[0].images[0].get_cmap().name == "cividis"
+    assert viz.show_matrix([[1, 2], [3, 4]]).axes[0].collections[0].get_cmap().name == "cividis"
+
+
+def test_band_points_distributions_and_scatter_content() -> None:
+    band = viz.plot_band({0: [3.0, 2.0, 1.0], 1: [4.0, 2.5, 1.5], 2: [3.5, 2.2, 0.5]}, x=[10, 20, 30], yours=[1, 1, 1])
+    ax = band.axes[0]
+    mean = next(line for line in ax.lines if line.get_label().startswith("3 runs"))
+    assert np.allclose(mean.get_ydata(), [3.5, 2.233333, 1.0]) and list(mean.get_xdata()) == [10, 20, 30]
+    edges = np.concatenate([p.vertices for p in ax.collections[0].get_paths()])  # the band: lowest to highest run
+    assert np.isclose(edges[:, 1].max(), 4.0) and np.isclose(edges[:, 1].min(), 0.5)
+    points = viz.plot_points({"a": [1.0, 3.0], "b": [2.0, 2.0, 2.0]}, interval=lambda v: (min(v) - 1, max(v) + 1))
+    xs = [np.asarray(line.get_xdata(), float) for line in points.axes[0].lines]
+    spans = [(np.nanmin(x), np.nanmax(x)) for x in xs if np.isfinite(x).sum() > 2]  # interval lines with their caps
+    assert sorted(spans) == [(0.0, 4.0), (1.0, 3.0)]  # the intervals given are the ones drawn
+    assert [t.get_text() for t in points.axes[0].get_yticklabels()] == ["a", "b"]
+    dist = viz.plot_distributions({"x": [0.0, 0.1, 0.2, 5.0], "y": [1.0, 1.0, 2.0]}, bins=5)
+    assert dist.axes[0].get_ylabel() == "density" and dist.axes[0].get_legend() is not None
+    scatter = viz.plot_scatter({"a": ([1, 2], [3, 4]), "b": ([5], [6])})
+    offsets = np.concatenate([c.get_offsets() for c in scatter.axes[0].collections])
+    assert sorted(map(tuple, offsets.tolist())) == [(1, 3), (2, 4), (5, 6)]
+
+
+def test_course_style_leaves_a_learners_settings_alone() -> None:
+    import matplotlib
+
+    before = dict(matplotlib.rcParams)
+    viz.show_attention(_weights(3, 3))._repr_png_()
+    with viz.course_style():
+        assert matplotlib.rcParams["axes.prop_cycle"].by_key()["color"] == viz.PALETTE
+    after = dict(matplotlib.rcParams)
+    assert {k for k in before if str(before[k]) != str(after[k])} == set()
+
+
+def test_no_red_green_pair_in_the_course_look() -> None:
+    """The palette and maps are colour-blind safe: no pure red next to pure green, no red-green map."""
+    import matplotlib
+
+    for name in (viz.WEIGHT_CMAP, viz.DIVERGING_CMAP, "cividis"):
+        assert not any(bad in name for bad in ("RdYlGn", "RdGy", "PiYG", "PRGn", "jet", "rainbow", "hsv"))
+        assert name in matplotlib.colormaps
+    assert not {"#FF0000", "#00FF00", "red", "green"} & {c.upper() for c in viz.PALETTE}
 
 
 def test_lines_and_bars_content() -> None:
@@ -156,6 +208,15 @@ def test_lines_and_bars_content() -> None:
     (lambda: viz.plot_bars({"a": [1, 2]}), ValueError, ["values['a']", "one number"]),
     (lambda: viz.plot_bars({}), TypeError, ["values"]),
     (lambda: viz.show_positional_encoding(torch.rand(7)), ValueError, ["table", "(positions, d_model)"]),
+    (lambda: viz.plot_band({0: [1, 2], 1: [1, 2, 3]}), ValueError, ["runs", "same length"]),
+    (lambda: viz.plot_band({0: [1, 2]}, x=[1, 2, 3]), ValueError, ["x has 3"]),
+    (lambda: viz.plot_band({0: [1, 2]}, yours=[1]), ValueError, ["yours"]),
+    (lambda: viz.plot_band([1, 2]), TypeError, ["runs", "dict"]),
+    (lambda: viz.plot_points({"a": [1, 2]}, interval="ci"), ValueError, ["interval"]),
+    (lambda: viz.plot_points({"a": []}), ValueError, ["groups['a']", "empty"]),
+    (lambda: viz.plot_distributions({"a": "text"}), TypeError, ["samples['a']"]),
+    (lambda: viz.plot_scatter({"a": [1, 2, 3]}), TypeError, ["points['a']", "(x, y)"]),
+    (lambda: viz.plot_scatter({"a": ([1, 2], [3])}), ValueError, ["points['a']", "2 x values"]),
 ])
 def test_bad_input_names_the_argument(call, error, words) -> None:
     with pytest.raises(error) as info:

@@ -165,31 +165,31 @@ def plot_ablation(results: dict, title: str | None = None):
     """Two panels. Left: held-out loss per variant, mean ± 1 standard deviation over seeds (dots: the seeds).
     Right: the paired change from the row above with its 95% confidence interval; an interval that crosses
     the dashed zero line is inside the noise. Returns a :class:`tfm_lesson.viz.Figure`."""
-    from .viz import Figure
+    from .viz import PALETTE, new_figure, plot_points
 
     rows = summarise(results)
-    fig = Figure(figsize=(9.5, 0.42 * len(rows) + 1.6), dpi=100, layout="constrained")
+    names = [row["variant"] for row in rows]
+    by_seed = {name: {r["seed"]: r["valid_loss"] for r in results["runs"] if r["variant"] == name} for name in names}
+    fig = new_figure(9.5, 0.45 * len(rows) + 1.8)
     left, right = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [1.1, 1]})
-    ys = list(range(len(rows)))[::-1]
-    for y, row in zip(ys, rows):
-        seeds = [r["valid_loss"] for r in results["runs"] if r["variant"] == row["variant"]]
-        left.plot(seeds, [y] * len(seeds), "o", color="#56B4E9", alpha=0.8, markersize=4)
-        left.errorbar(row["mean"], y, xerr=row["std"], fmt="s", color="#0072B2", capsize=4, markersize=5)
-        if "diff" in row:
-            colour = "#999999" if row["inside_noise"] else "#D55E00"
-            right.errorbar(row["diff"], y, xerr=row["ci95"], fmt="o", color=colour, capsize=4, markersize=5)
-    right.axvline(0.0, color="black", linestyle="--", linewidth=1)
-    left.set_yticks(ys, [r["variant"] for r in rows])
-    left.set_xlabel("held-out loss (nats per token)")
-    right.set_xlabel("change from the row above (95% interval)")
     settings = results["settings"]
     unigram = settings.get("unigram_loss")
-    left.set_title(f"mean ± 1 std over {len(settings['seeds'])} seeds (dots)" +
-                   (f"; unigram baseline {unigram:.2f}" if unigram is not None else ""), fontsize=9)
-    right.set_title("grey: inside the noise (interval crosses 0)", fontsize=9)
-    for ax in (left, right):
-        ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(title or f"{settings['steps']} steps per run; lower is better", fontsize=10)
+    plot_points({name: list(by_seed[name].values()) for name in names}, interval="sd", ax=left,
+                xlabel="held-out loss (nats per token)",
+                title=f"mean ± 1 std over {len(settings['seeds'])} seeds (dots)" +
+                (f"\nunigram baseline {unigram:.2f}" if unigram is not None else ""))
+    # the right panel: the paired change from the row above, with the 95% interval summarise() computes
+    # (Student's t over the seeds' differences); seaborn draws that interval as given
+    diffs = {name: [by_seed[name][s] - by_seed[before][s] for s in by_seed[name] if s in by_seed[before]]
+             for before, name in zip(names, names[1:])}
+    interval = {tuple(diffs[row["variant"]]): (row["diff"] - row["ci95"], row["diff"] + row["ci95"])
+                for row in rows[1:]}
+    colours = {row["variant"]: "#999999" if row["inside_noise"] else PALETTE[3] for row in rows[1:]}
+    plot_points({name: diffs.get(name, [float("nan")]) for name in names}, show_values=False, zero_line=0.0,
+                interval=lambda d: interval.get(tuple(d), (float("nan"), float("nan"))), colors=colours, ax=right,
+                xlabel="change from the row above (95% interval)",
+                title="paired change, 95% interval\ngrey: inside the noise (crosses 0)")
+    fig.suptitle(title or f"{settings['steps']} steps per run; lower is better", fontsize=11)
     return fig
 
 

@@ -135,8 +135,8 @@ def depth_explorer(max_layers: int = 24, layers: int | None = None, d_model: int
         for ax in (left, right):
             ax.grid(True, alpha=0.3)
             ax.legend(frameon=False, fontsize=viz.FONT - 1)
-        viz._style_axes(left, f"activation std after each layer ({n} layers)", "layer", "std of output")
-        viz._style_axes(right, "gradient norm of each layer's parameters", "layer", "||dL/dθ_layer|| (log)")
+        viz.style_axes(left, f"activation std after each layer ({n} layers)", "layer", "std of output")
+        viz.style_axes(right, "gradient norm of each layer's parameters", "layer", "||dL/dθ_layer|| (log)")
         return fig
 
     return Explorer("depth_explorer", {"layers": depth, "placement": placement}, render,

@@ -219,24 +219,14 @@ def compare_to_reference(history: dict, task: str, plot: bool = True, ax=None, m
 
 
 def _draw(ref, mine, lo, hi, lo_b, hi_b, task, ax):
-    from .viz import _figure  # a Figure without pyplot: shown where it is displayed, never a second time
+    from .viz import plot_band  # a Figure without pyplot: shown where it is displayed, never a second time
 
-    fig = None
-    if ax is None:
-        fig = _figure(7, 3.6)
-        ax = fig.add_subplot()
-    x = ref["step"]
-    ax.fill_between(x, lo_b, hi_b, color="tab:blue", alpha=0.12, label="band (reference runs, widened)")
-    ax.fill_between(x, lo, hi, color="tab:blue", alpha=0.3, label=f"{len(ref['runs'])} reference runs")
-    finite = [(s, m) for s, m in zip(x, mine) if math.isfinite(m)]
-    if finite:
-        ax.plot(*zip(*finite), color="tab:red", lw=2, label="your run")
-    ax.axhline(ref["log_vocab"], color="gray", ls=":", lw=1, label="log V (uniform guess)")
-    ax.set_xlabel(f"step (mean loss over each {ref['every']} steps)")
-    ax.set_ylabel("training loss")
-    ax.set_title(f"Is my run normal? {task}, chapter {ref['chapter']}'s recipe")
-    ax.legend(fontsize=8)
-    return fig if fig is not None else ax.figure
+    runs = {f"seed {run.get('seed', i)}": run["loss"] for i, run in enumerate(ref["runs"])}
+    return plot_band(runs, x=ref["step"], yours=mine, lower=lo_b, upper=hi_b, baseline=ref["log_vocab"],
+                     title=f"Is my run normal? {task}, chapter {ref['chapter']}'s recipe",
+                     xlabel=f"step (mean loss over each {ref['every']} steps)", ylabel="training loss",
+                     runs_label=f"{len(ref['runs'])} reference runs (mean, lowest to highest)",
+                     bounds_label="band (reference runs, widened)", baseline_label="log V (uniform guess)", ax=ax)
 
 
 def default_out(task: str) -> Path:

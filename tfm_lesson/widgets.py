@@ -41,7 +41,6 @@ from typing import Callable, Iterator, Sequence
 import ipywidgets as widgets
 import numpy as np
 import torch
-from matplotlib.patches import Rectangle
 from torch import Tensor, nn
 
 from . import viz
@@ -58,7 +57,7 @@ __all__ = [
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
-HIGHLIGHT = "#E69F00"  # Okabe-Ito orange: frames the selected row / head / dimension
+HIGHLIGHT = viz.HIGHLIGHT  # Okabe-Ito orange: frames the selected row / head / dimension
 TEXT_LIMIT = 300  # characters of typed text an explorer reads; the rest is cut, with a note
 BUILD_WAIT = 5.0  # seconds building an explorer waits for its first picture (then it draws in the background)
 SHOW_WAIT = 30.0  # seconds showing or reading a picture still being drawn waits for it
@@ -155,7 +154,8 @@ class Explorer(widgets.VBox):
 
     def _refresh(self) -> None:
         try:
-            fig = self._render()
+            with viz.course_style():  # the course's look for the whole picture, not only viz's panels
+                fig = self._render()
             self.image.value = viz.figure_png(fig)
             self._figure, self._error = fig, ""
             self.status.value = ""
@@ -221,33 +221,6 @@ def _matrix(x: object, name: str, expected: str) -> Tensor:
     return t.to("cpu", torch.float32)
 
 
-def _frame(ax, x0: float, y0: float, width: float, height: float, lw: float = 2.5) -> None:
-    ax.add_patch(Rectangle((x0, y0), width, height, fill=False, edgecolor=HIGHLIGHT, linewidth=lw, clip_on=False))
-
-
-def _head_grid(fig_or_subfig, weights: np.ndarray, selected: int, title: str) -> None:
-    """Small maps of every head ``(heads, q, k)`` on one colour scale; the selected head framed."""
-    heads = weights.shape[0]
-    cols = min(4, heads)
-    rows = math.ceil(heads / cols)
-    axes = fig_or_subfig.subplots(rows, cols, squeeze=False).ravel()
-    top = float(weights.max()) if weights.size and weights.max() > 0 else 1.0
-    for h, ax in enumerate(axes):
-        ax.set_xticks([])
-        ax.set_yticks([])
-        if h >= heads:
-            ax.set_visible(False)
-            continue
-        ax.imshow(weights[h], cmap=viz.WEIGHT_CMAP, vmin=0, vmax=top, aspect="auto", interpolation="nearest")
-        ax.set_title(f"head {h}", fontsize=viz.FONT - 1, color=HIGHLIGHT if h == selected else "black",
-                     fontweight="bold" if h == selected else "normal")
-        if h == selected:
-            for spine in ax.spines.values():
-                spine.set_edgecolor(HIGHLIGHT)
-                spine.set_linewidth(3)
-    fig_or_subfig.suptitle(title, fontsize=viz.FONT)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # chapter 01: the scale in softmax(Q K^T / s)
 def temperature_explorer(query=None, key=None, tokens: Sequence[str] | None = None) -> Explorer:
@@ -269,7 +242,7 @@ def temperature_explorer(query=None, key=None, tokens: Sequence[str] | None = No
     if k.size(1) != q.size(1):
         raise ValueError(f"query and key must share d_k: query has {q.size(1)} features, key has {k.size(1)}")
     d_k = q.size(1)
-    x_labels = viz._labels(tokens, k.size(0), "tokens", "keys") if tokens is not None else None
+    x_labels = viz.token_labels(tokens, k.size(0), "tokens", "keys") if tokens is not None else None
     y_labels = x_labels if x_labels is not None and q.size(0) == k.size(0) else None
     raw = (q @ k.T).double()  # (q_len, k_len)
 
@@ -282,8 +255,9 @@ def temperature_explorer(query=None, key=None, tokens: Sequence[str] | None = No
         weights = (raw / s).softmax(-1).numpy()  # (q_len, k_len)
         fig = viz.Figure(figsize=(9.6, 3.7), dpi=viz.DPI, layout="constrained")
         left, right = fig.subplots(1, 2, width_ratios=[1.25, 1])
-        viz.show_attention(weights, x_labels, y_labels, title=f"softmax(QKᵀ / s) with s = {s:.2f}", ax=left, vmax=1)
-        _frame(left, -0.5, i - 0.5, weights.shape[1], 1)
+        viz.show_attention(weights, x_labels, y_labels, title=f"softmax(QKᵀ / s) with s = {s:.2f}", ax=left, vmax=1,
+                           fast=True)  # fast: an image redraws faster than seaborn's mesh (viz.heatmap)
+        viz.frame_cells(left, 0, i, weights.shape[1], 1)
         p = weights[i]
         entropy = float(-(p * np.log(np.clip(p, 1e-12, None))).sum())
         names = x_labels or [str(j) for j in range(len(p))]
@@ -293,7 +267,7 @@ def temperature_explorer(query=None, key=None, tokens: Sequence[str] | None = No
         right.set_ylim(0, 1.05)
         right.grid(True, axis="y", alpha=0.3)
         who = f"'{y_labels[i]}'" if y_labels else str(i)
-        viz._style_axes(right, f"query {who}: entropy {entropy:.2f} nats (uniform {math.log(len(p)):.2f})",
+        viz.style_axes(right, f"query {who}: entropy {entropy:.2f} nats (uniform {math.log(len(p)):.2f})",
                         "key", "weight")
         fig.suptitle(f"d_k = {d_k}, so the paper's scale is sqrt(d_k) = {math.sqrt(d_k):.2f}; "
                      f"smaller s sharpens, larger s flattens", fontsize=viz.FONT)
@@ -339,17 +313,18 @@ def mask_explorer(lengths: Sequence[int] = (6, 4), causal: bool = False) -> Expl
         _, weights = scaled_dot_product_attention(q, k, v, mask)  # (q_len, k_len)
         fig = viz.Figure(figsize=(10, 3.9), dpi=viz.DPI, layout="constrained")
         batch_ax, mask_ax, weight_ax = fig.subplots(1, 3, width_ratios=[1, 1, 1.25])
-        viz.show_mask(keep, title="padding of the batch", ax=batch_ax)
+        viz.show_mask(keep, title="padding of the batch", ax=batch_ax, fast=True)
         batch_ax.get_legend().remove()
         batch_ax.set_ylabel("sentence", fontsize=viz.FONT)
-        batch_ax.set_yticks(range(len(lengths)))
+        batch_ax.set_yticks([i + 0.5 for i in range(len(lengths))])
         batch_ax.set_yticklabels([str(i) for i in range(len(lengths))])
         batch_ax.set_xlabel("position", fontsize=viz.FONT)
-        _frame(batch_ax, -0.5, b - 0.5, padded, 1)
+        viz.frame_cells(batch_ax, 0, b, padded, 1)
         kind = "padding + causal" if causal_box.value else "padding only"
-        viz.show_mask(mask, tokens, tokens, title=f"sentence {b}: {kind}", ax=mask_ax)
+        viz.show_mask(mask, tokens, tokens, title=f"sentence {b}: {kind}", ax=mask_ax, fast=True)
         mask_ax.get_legend().remove()
-        viz.show_attention(weights, tokens, tokens, title="weights: blocked keys get 0", ax=weight_ax, vmax=1)
+        viz.show_attention(weights, tokens, tokens, title="weights: blocked keys get 0", ax=weight_ax, vmax=1,
+                           fast=True)
         fig.suptitle(f"light = may attend, dark = blocked; {int(mask.sum())} of {mask.numel()} pairs visible",
                      fontsize=viz.FONT)
         return fig
@@ -386,7 +361,7 @@ def head_explorer(mha: MultiHeadAttention | None = None, x=None, tokens: Sequenc
     x = _matrix(x, "x", "(seq_len, d_model)")
     if x.size(1) != mha.d_model:
         raise ValueError(f"x has {x.size(1)} features, expected d_model={mha.d_model}")
-    labels = viz._labels(tokens, x.size(0), "tokens", "positions of x") if tokens is not None else None
+    labels = viz.token_labels(tokens, x.size(0), "tokens", "positions of x") if tokens is not None else None
     device = next(mha.parameters()).device
     was_training = mha.training
     mha.eval()
@@ -409,16 +384,12 @@ def head_explorer(mha: MultiHeadAttention | None = None, x=None, tokens: Sequenc
         left, right = fig.subfigures(1, 2, width_ratios=[1.1, 1])
         ax = left.subplots()
         if view.value == "weights":
-            viz.show_attention(weights[h], labels, labels, title=f"head {h}: weights", ax=ax)
+            viz.show_attention(weights[h], labels, labels, title=f"head {h}: weights", ax=ax, fast=True)
         else:
             lim = float(np.abs(scores[h]).max()) or 1.0
-            im = ax.imshow(scores[h], cmap=viz.DIVERGING_CMAP, vmin=-lim, vmax=lim, interpolation="nearest")
-            n = scores.shape[-1]
-            viz._set_ticks(ax, labels, n, "x")
-            viz._set_ticks(ax, labels, n, "y")
-            viz._style_axes(ax, f"head {h}: scores q·k / sqrt(d_k) (before softmax)", "key", "query")
-            left.colorbar(im, ax=ax, shrink=0.85).set_label("score", fontsize=viz.FONT)
-        _head_grid(right, weights, h, f"all {mha.heads} heads (d_k = {mha.d_k} each)")
+            viz.heatmap(ax, scores[h], viz.DIVERGING_CMAP, -lim, lim, labels, labels, cbar_label="score", fast=True)
+            viz.style_axes(ax, f"head {h}: scores q·k / sqrt(d_k) (before softmax)", "key", "query")
+        viz.draw_head_grid(right, weights, h, f"all {mha.heads} heads (d_k = {mha.d_k} each)")
         return fig
 
     return Explorer("head_explorer", {"head": head, "show": view}, render)
@@ -443,24 +414,22 @@ def positional_explorer(d_model: int = 64, max_len: int = 64) -> Explorer:
         pos = np.arange(max_len)
         fig = viz.Figure(figsize=(10, 3.6), dpi=viz.DPI, layout="constrained")
         heat, wave, dots = fig.subplots(1, 3, width_ratios=[1.1, 1, 1])
-        im = heat.imshow(table[:max_len], cmap=viz.DIVERGING_CMAP, vmin=-1, vmax=1, aspect="auto",
-                         interpolation="nearest")
-        _frame(heat, i - 0.5, -0.5, 1, max_len, lw=2)
-        viz._style_axes(heat, f"PE table ({max_len} x {d_model})", "dimension i", "position pos")
-        fig.colorbar(im, ax=heat, shrink=0.85, pad=0.02).ax.tick_params(labelsize=viz.FONT - 1)
+        viz.heatmap(heat, table[:max_len], viz.DIVERGING_CMAP, -1, 1, fast=True, max_ticks=8)  # 64 x 64: image
+        viz.frame_cells(heat, i, 0, 1, max_len, lw=2)
+        viz.style_axes(heat, f"PE table ({max_len} x {d_model})", "dimension i", "position pos")
         wavelength = 2 * math.pi * 10000 ** (2 * (i // 2) / d_model)
         wave.plot(pos, table[pos, i], color=viz.PALETTE[0], label=f"PE(pos, {i})")
         wave.plot(pos, table[pos + k, i], color=viz.PALETTE[3], linestyle="--", label=f"PE(pos + {k}, {i})")
         wave.set_ylim(-1.15, 1.4)
         wave.legend(fontsize=viz.FONT - 1, frameon=False, loc="upper right", ncol=2)
         wave.grid(True, alpha=0.3)
-        viz._style_axes(wave, f"{'sin' if i % 2 == 0 else 'cos'}, wavelength {wavelength:,.1f} positions",
+        viz.style_axes(wave, f"{'sin' if i % 2 == 0 else 'cos'}, wavelength {wavelength:,.1f} positions",
                         "position pos", "value")
         dot = (table[pos] * table[pos + k]).sum(-1)  # (max_len,)
         dots.plot(pos, dot, color=viz.PALETTE[2], linewidth=2)
         dots.set_ylim(-0.05 * d_model, 0.55 * d_model + 0.5)
         dots.grid(True, alpha=0.3)
-        viz._style_axes(dots, f"PE(pos)·PE(pos+{k}) = {dot.mean():.2f} at every pos", "position pos", "dot product")
+        viz.style_axes(dots, f"PE(pos)·PE(pos+{k}) = {dot.mean():.2f} at every pos", "position pos", "dot product")
         return fig
 
     return Explorer("positional_explorer", {"dimension": dim, "offset": offset}, render)
@@ -572,8 +541,8 @@ def attention_explorer(model: nn.Module, src_vocab, tgt_vocab=None, source: str 
         ax = left.subplots()
         viz.show_attention(maps[h], x_tok, y_tok, title=f"{KIND_LABELS[k]}, layer {l}, head {h}", ax=ax,
                            xlabel="key (source)" if k != "decoder" else "key (target so far)",
-                           ylabel="query (target)" if k != "encoder" else "query (source)")
-        _head_grid(right, maps, h, f"layer {l}: all {maps.shape[0]} heads")
+                           ylabel="query (target)" if k != "encoder" else "query (source)", fast=True)
+        viz.draw_head_grid(right, maps, h, f"layer {l}: all {maps.shape[0]} heads")
         typed = "typed" if target_box.value.strip() else "greedy"
         fig.suptitle(textwrap.shorten(f"source: {' '.join(state['src'])}   |   target ({typed}): "
                                       f"{' '.join(state['tgt'])}", 140), fontsize=viz.FONT)
@@ -642,13 +611,13 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
                     fontweight="bold", transform=ax.transAxes)
             fig.suptitle("Translate as you type", fontsize=viz.FONT + 1)
             return fig
-        weights = viz._squeeze_to(viz._as_array(attention, "attention"), 2, "attention", "(tgt_len, src_len)")
+        weights = viz.squeeze_to(viz.as_array(attention, "attention"), 2, "attention", "(tgt_len, src_len)")
         ax = fig.add_subplot()
         x_labels, y_labels = _fit_labels(source, weights.shape[1], "</s>"), _fit_labels(translation, weights.shape[0], "</s>")
         viz.show_attention(weights, x_labels and [_plain(w) for w in x_labels],
                            y_labels and [_plain(w) for w in y_labels], ax=ax, vmax=1,
                            xlabel="source" + (f" ({note})" if note else ""), ylabel="translation",
-                           title=_plain(textwrap.shorten(f"{source}  →  {translation}", 110)))
+                           title=_plain(textwrap.shorten(f"{source}  →  {translation}", 110)), fast=True)
         return fig
 
     return Explorer("translate_widget", {"source": box}, render)

@@ -261,7 +261,7 @@ print("einsum agrees:", torch.allclose(torch.einsum("qd,kd->qk", x, x), matmul_s
 # *the*: a token cannot tell two occurrences of the same word apart — nothing in $x$ says *where* a
 # token is. Chapter 04 (positional encoding) fixes exactly that.
 
-# %%
+# %% mystnb={"image": {"alt": "Heatmap of the pairwise dot products of six word vectors, blue for negative and red for positive, in which the two rows of 'the' are identical."}}
 viz.show_matrix(matmul_scores, title="Pairwise dot products x xᵀ: both 'the' rows are identical",
                 xlabel="key", ylabel="query", x_ticks=tokens, y_ticks=tokens, center=0)
 

@@ -261,7 +261,7 @@ print("scaled: both within 0.05 of their d_k=4 values at every d_k:",
 # scale (the two curves labelled "Q Kᵀ / √d_k") both stay flat: the softmax sees scores of the same spread at
 # every width. (At $d_k = 4$ even the unscaled scores are already twice too spread, $\sqrt{4} = 2$.)
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart over d_k from 4 to 1024: without the square-root scale the largest softmax weight climbs towards 1 and the gradient size falls towards 0, while with the scale both stay level."}}
 viz.plot_lines({
     "largest weight, Q Kᵀ": [u[0] for u in unscaled],
     "largest weight, Q Kᵀ / √d_k": [s[0] for s in scaled],
@@ -279,7 +279,7 @@ viz.plot_lines({
 # identical and attend equally to both *the* keys. The rows are queries, the columns keys, and each row sums to
 # one. After training (chapter 10) the maps become far more interesting; the picture is read the same way.
 
-# %%
+# %% mystnb={"image": {"alt": "Six by six heatmap of self-attention weights over 'the cat sat on the mat', with the largest weights on the diagonal and between the two occurrences of 'the'."}}
 tokens = ["the", "cat", "sat", "on", "the", "mat"]
 vocab = {w: i for i, w in enumerate(dict.fromkeys(tokens))}
 x = torch.randn(len(vocab), 16)[[vocab[w] for w in tokens]].to(device)  # (seq_len, d_model) = (6, 16)
@@ -300,7 +300,7 @@ print("weights:", tuple(w_sentence.shape), " the/the rows equal:", torch.allclos
 # rows; the bar chart shows one query's weights and their entropy (0 for a hard choice, $\ln m$ for uniform).
 # (In a static view, such as the book, you see the default $s = \sqrt{16} = 4$.)
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: left, the attention weights of the six words at the paper's scale sqrt(d_k) = 4 with the first query framed; right, that query's weights as bars with their entropy."}}
 widgets.temperature_explorer(query=x, key=x, tokens=tokens)
 
 # %% [markdown]

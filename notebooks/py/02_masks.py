@@ -173,7 +173,7 @@ print("decoder mask:", tuple(decoder_mask.shape),
 # padding mask hides its last two keys from *every* query (a column pattern). Middle: the causal mask, a lower
 # triangle. Right: their AND, the decoder's mask for sentence 1.
 
-# %%
+# %% mystnb={"image": {"alt": "Three mask pictures side by side: padding hides the last two key columns, the causal mask hides the upper triangle, and both together hide the union of the two."}}
 names = ["w0", "w1", "w2", "w3", "<pad>", "<pad>"]
 fig = viz.Figure(figsize=(10, 2.7), dpi=viz.DPI, layout="constrained")
 axes = fig.subplots(1, 3)
@@ -238,7 +238,7 @@ print("after, then renormalised == before:", torch.allclose(after_renormalised, 
 # the real tokens; their outputs are ignored later by the loss. (The vectors are random, so the weights mean
 # nothing yet; the *pattern* of zeros is the point.)
 
-# %%
+# %% mystnb={"image": {"alt": "Attention heatmap under the decoder mask: every weight above the diagonal and in the padded key columns is zero, so each row spreads only over earlier real tokens."}}
 viz.show_attention(weights[1, 0], x_tokens=names, y_tokens=names,
                    title="Decoder mask: weights only on the past, never on <pad>")
 
@@ -249,7 +249,7 @@ viz.show_attention(weights[1, 0], x_tokens=names, y_tokens=names,
 # sentence to inspect: you see the batch's padding, that sentence's full mask and the weights it produces.
 # Blocked keys get exactly 0. (A static view shows the default: lengths 6 and 4, causal on.)
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: the padding of a two-sentence batch, the first sentence's padding-plus-causal mask, and the attention weights it allows, zero for every blocked key."}}
 widgets.mask_explorer(lengths=(6, 4), causal=True)
 
 # %% [markdown]

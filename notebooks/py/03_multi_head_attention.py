@@ -454,7 +454,7 @@ print(f"on this machine the loop takes {timings['loop'] / timings['vectorised']:
 # Three questions, three different distributions, asked in one layer: the thing one softmax cannot do. Read
 # the function `hand_set_heads` in `tfm_lesson/toy_heads.py` to see every weight it sets.
 
-# %%
+# %% mystnb={"image": {"alt": "Three attention heatmaps over 'the cat sat on the mat': head 0 looks at the previous word (a line just below the diagonal), head 1 at the same word, head 2 at the nouns cat and mat."}}
 tokens = "the cat sat on the mat".split()
 demo, x_demo = hand_set_heads(tokens)  # MultiHeadAttention(24, 3), features (1, 6, 24)
 with torch.no_grad():
@@ -493,7 +493,7 @@ print("every head puts more than 95% of its weight on the right keys:", all(v > 
 # the three patterns; its weights are not the ones we wrote (it starts from random matrices and only needs
 # products $W^Q (W^K)^\top$ that give the same scores), but the maps agree.
 
-# %%
+# %% mystnb={"image": {"alt": "Two rows of three attention heatmaps: the hand-set heads on top and the trained heads below show the same three patterns: previous word, same word and nouns."}}
 with torch.no_grad():
     _, learned_weights = trained.mha(x_demo, x_demo, x_demo, need_weights=True)  # (1, heads, 6, 6)
 fig = viz.show_heads(torch.stack([demo_weights[0], learned_weights[0]]), x_tokens=tokens, y_tokens=tokens)
@@ -515,7 +515,7 @@ print("hand-set and learned maps agree within 0.05 everywhere:",
 # (`widgets.head_explorer()` with no arguments): its heads are far less structured, because structure comes from
 # training.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: head 0's weights over the six words drawn large on the left, and the small maps of all three heads on the right with head 0 framed."}}
 widgets.head_explorer(mha=demo, x=x_demo, tokens=tokens)
 
 # %% [markdown]

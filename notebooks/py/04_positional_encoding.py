@@ -280,7 +280,7 @@ print("PE(p).PE(p) =", round(similarity[0, 0].item(), 6), "= d_model / 2 (each p
 # towards the right the waves stretch until the last columns are almost constant: 0 in the sine columns,
 # 1 in the cosine columns.
 
-# %%
+# %% mystnb={"image": {"alt": "Heatmap of the 64 by 64 sinusoidal positional encoding table: stripes alternate quickly in the left columns and change ever more slowly towards the right."}}
 viz.show_positional_encoding(sinusoidal_table(64, 64), title="Sinusoidal PE: fast waves on the left, slow on the right")
 
 # %% [markdown]
@@ -296,7 +296,7 @@ viz.show_positional_encoding(sinusoidal_table(64, 64), title="Sinusoidal PE: fas
 # same rotation at every position, one fixed pair of matrices does this for every $p$, and training can find
 # it.
 
-# %%
+# %% mystnb={"image": {"alt": "Heatmap of the dot product of every pair of positional encodings: the values are constant along each diagonal, largest on the main diagonal, so they depend only on the distance."}}
 viz.show_matrix(similarity, title="PE(p) · PE(q): depends only on the distance q - p",
                 xlabel="position q", ylabel="position p")
 
@@ -305,7 +305,7 @@ viz.show_matrix(similarity, title="PE(p) · PE(q): depends only on the distance 
 # pair $i$ is $2\pi \cdot 10000^{2i/d_{model}}$, so with $d_{model}=64$ pair 0 repeats every 6.3 positions,
 # pair 4 about every 20, pair 8 about every 63.
 
-# %%
+# %% mystnb={"image": {"alt": "Three sine curves of the positional encoding over 64 positions: column 0 oscillates fastest, column 8 slower and column 16 slowest."}}
 viz.plot_lines({f"column {c} (pair {c // 2})": table[:, c] for c in (0, 8, 16)},
                title="Three sine columns of PE (d_model = 64)", xlabel="position pos", ylabel="PE(pos, column)")
 
@@ -315,7 +315,7 @@ viz.plot_lines({f"column {c} (pair {c // 2})": table[:, c] for c in (0, 8, 16)},
 # Move the dimension slider to see how the wavelength grows with the column index, and the offset slider to see
 # that shifting by $k$ positions is the same rotation everywhere.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: the encoding table with dimension 4 framed, its wave next to the same wave shifted by 4 positions, and their dot product, a flat line because it is the same at every position."}}
 widgets.positional_explorer(d_model=64, max_len=64)
 
 # %% [markdown]

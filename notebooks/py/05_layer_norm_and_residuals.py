@@ -173,6 +173,18 @@ print("per-position mean after:", x_hat.mean(-1).abs().max().item() < 1e-6)
 print("per-position std after: ", [f"{v:.3f}" for v in x_hat.std(-1, unbiased=False).flatten().tolist()])
 
 # %% [markdown]
+# The same with many more numbers, as a picture: 512 positions of 64 features, drawn with mean 1 and standard
+# deviation 3, before and after normalising each position (no gain, no shift). Each histogram counts every
+# feature value of every position; the curve over it is a smoothed version of the same counts.
+
+# %% mystnb={"image": {"alt": "Two histograms with smoothed curves: the values before normalising spread widely around 1, while after normalising each position they form a narrow bell centred on 0 with spread 1."}}
+wide = torch.randn(512, 64, generator=torch.Generator().manual_seed(0)) * 3 + 1  # (positions, d_model)
+wide_hat = layer_norm_vectorised(wide, torch.ones(64), torch.zeros(64))          # (positions, d_model)
+viz.plot_distributions({"before: mean 1, std 3": wide, "after normalising each position": wide_hat}, kde=True,
+                       title="Every feature value of 512 positions, before and after layer norm",
+                       xlabel="value of one feature")
+
+# %% [markdown]
 # ### What the two classic slips cost
 #
 # **Unbiased variance.** Dividing by $d_{\text{model}} - 1$ makes $\sigma$ too large by
@@ -209,7 +221,7 @@ for s in scales:
 for name, errs in errors.items():
     print(f"{name:34s}", [f"{e:.0e}" for e in errs])
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the log relative error of three layer-norm slips as the input's standard deviation shrinks from 1 to 0.001: epsilon outside the square root goes from negligible to the largest error, while the unbiased variance stays level, worse for d_model = 8 than for 512."}}
 viz.plot_lines({k: [math.log10(max(e, 1e-12)) for e in v] for k, v in errors.items()},
                x=[-math.log10(s) for s in scales], title="Relative error of each slip as the input's variance shrinks",
                xlabel="-log10(std of the input): 0 is std 1, 3 is std 0.001",
@@ -485,17 +497,17 @@ stats = {name: depth_statistics(encoder_stack(layers, norm_first).to(device), x)
          for name, norm_first in (("post-norm (paper)", False), ("pre-norm", True))}
 depth_axis = list(range(1, layers + 1))
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the output's standard deviation by layer at initialisation: the pre-norm curve rises with depth while the post-norm curve stays flat at 1."}}
 viz.plot_lines({k: s["activation_std"] for k, s in stats.items()}, x=depth_axis,
                title="Residual stream scale by depth at initialisation: pre-norm grows, post-norm is reset",
                xlabel="layer l", ylabel="std of layer l's output")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the gradient that reaches each layer's output relative to the top layer: in pre-norm it grows steadily towards the bottom layers, in post-norm it stays between about 0.8 and 1."}}
 viz.plot_lines({k: s["input_gradient_norm"] for k, s in stats.items()}, x=depth_axis,
                title="Gradient reaching layer l's output, relative to the top layer",
                xlabel="layer l (1 = bottom)", ylabel="||dL/dx_l|| / ||dL/dx_L||")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the gradient norm of each layer's parameters at initialisation: post-norm's are larger and uneven, peaking in the middle layers, pre-norm's smaller and nearly level, both lowest at the top."}}
 viz.plot_lines({k: s["gradient_norm"] for k, s in stats.items()}, x=depth_axis,
                title="Gradient norm of each layer's parameters at initialisation",
                xlabel="layer l (1 = bottom)", ylabel="||dL/dθ_l||")
@@ -589,7 +601,7 @@ depths = [2, 4, 8, 16]
 change = {name: [output_change_after_one_step(n, norm_first, 1e-3) for n in depths]
           for name, norm_first in (("post-norm (paper)", False), ("pre-norm", True))}
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of how much one Adam step changes the output for 2 to 16 layers: the change grows with depth for both placements, faster for post-norm than for pre-norm."}}
 viz.plot_lines(change, x=depths, title="How far ONE Adam step (lr 1e-3, no warm-up) moves the output",
                xlabel="number of layers L", ylabel="relative change of the output")
 
@@ -640,7 +652,7 @@ for name, values in change.items():
 # stream growth and the gradient gap widen). Outside a live notebook you see the starting picture: 8
 # layers, both placements.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture for 8 layers: left, the output's standard deviation per layer, growing for pre-norm and fixed at 1 for post-norm; right, each layer's parameter gradient norm on a log scale, post-norm's above pre-norm's and both falling towards the top."}}
 depth_explorer(max_layers=24, layers=8)
 
 # %% [markdown]

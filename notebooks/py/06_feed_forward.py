@@ -236,7 +236,7 @@ print("with ReLU it is not:                     ",
 # negative range, which makes dead units rarer, not impossible. `PositionwiseFeedForward(...,
 # activation="gelu")` and `nn.TransformerEncoderLayer(..., activation="gelu")` both use the exact form.
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of ReLU, GELU and GELU's slope from -4 to 4: GELU follows ReLU closely but is smooth at zero and dips slightly below zero for negative inputs."}}
 z = torch.linspace(-4, 4, 161)
 viz.plot_lines({"ReLU: max(0, z)": F.relu(z), "GELU: z Φ(z)": F.gelu(z),
                 "GELU's slope dGELU/dz": torch.vmap(torch.func.grad(F.gelu))(z)},
@@ -305,7 +305,7 @@ decoder_layer = DecoderLayer(512, 8, 2048)  # self-attention, cross-attention, f
 ffn_in_decoder = count(decoder_layer.feed_forward) / count(decoder_layer)
 print(f"one decoder layer: {count(decoder_layer):,} parameters, the feed-forward network {ffn_in_decoder:.1%} of them")
 
-# %%
+# %% mystnb={"image": {"alt": "Bar chart of the parameters of one base encoder layer: the feed-forward network's bar is about twice the attention bar, the layer norms are tiny."}}
 viz.plot_bars(budget, title="One base encoder layer: the FFN holds two thirds of the parameters",
               ylabel="parameters")
 
@@ -330,7 +330,7 @@ viz.plot_bars(budget, title="One base encoder layer: the FFN holds two thirds of
 # not add parameters), and the expansion ratio decides the FFN's share. Outside a live notebook you see the
 # default, the base model's encoder layer.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: bars of the parameter count of each part of one layer for the chosen d_model and d_ff, the feed-forward part the largest."}}
 widgets.budget_explorer()
 
 

@@ -317,7 +317,7 @@ with torch.no_grad(), T.record_attention(model) as record:
 maps = torch.stack([record.get(kind="encoder", layer=i)[1] for i in record.layers("encoder")])
 print("maps:", tuple(maps.shape), "= (layers, heads, query, key)")
 
-# %%
+# %% mystnb={"image": {"alt": "Grid of attention heatmaps, three layers by four heads, of an untrained encoder: every head spreads weight over the four real tokens and gives the three padded key columns none."}}
 viz.show_heads(maps, x_tokens=tokens, y_tokens=tokens,
                title="Untrained encoder, 'a dog ran </s>' + padding: padded keys get no weight")
 
@@ -347,7 +347,7 @@ for layer in range(peak.size(0)):
 # Type a source sentence (words of the vocabulary above; others become `<unk>`), pick a layer and a head.
 # Outside a live notebook you see the default state as a static figure.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: one encoder self-attention map of the typed sentence drawn large, and the small maps of all heads of that layer with the chosen head framed."}}
 widgets.attention_explorer(model, vocab, vocab, source="the red ball ran to the cat", target="a dog sat")
 
 # %% [markdown]

@@ -120,7 +120,7 @@ tgt_mask = padding & causal                            # (batch, 1, t, t)
 print("causal", tuple(causal.shape), "& padding", tuple(padding.shape), "->", tuple(tgt_mask.shape))
 print(tgt_mask[1, 0].int().cpu())  # printed from the CPU: the same text on any device
 
-# %%
+# %% mystnb={"image": {"alt": "Mask picture of a five-token target: the visible cells form the lower triangle and the two padded key columns are blocked."}}
 viz.show_mask(tgt_mask[1, 0], x_tokens=["<s>", "w1", "</s>", "<pad>", "<pad>"],
               y_tokens=["<s>", "w1", "</s>", "<pad>", "<pad>"],
               title="Target mask of the 2nd sentence: lower triangle, padded keys removed")
@@ -295,7 +295,7 @@ print(f"mean of the heads: weights from {mean_map.min():.2f} to {mean_map.max():
       f"(uniform over the {cross.size(-1)} source tokens: {1 / cross.size(-1):.2f}); "
       f"single heads reach {cross.max():.2f}")
 
-# %%
+# %% mystnb={"image": {"alt": "Heatmap of untrained cross-attention averaged over heads: each target token spreads its weight fairly evenly over the source tokens."}}
 viz.show_attention(cross[0].mean(0), x_tokens=src_tokens, y_tokens=tgt_tokens, xlabel="source (memory)",
                    ylabel="target (decoder)", title="Cross-attention, layer 0, mean of heads (untrained)")
 
@@ -307,7 +307,7 @@ viz.show_attention(cross[0].mean(0), x_tokens=src_tokens, y_tokens=tgt_tokens, x
 # trained model shows for "le chat" ↔ "the cat" has to be learned. Compare with the decoder's
 # *self*-attention of the same pass: its upper triangle is exactly zero, the causal mask at work.
 
-# %%
+# %% mystnb={"image": {"alt": "Row of decoder self-attention heatmaps, one per head: every weight above the diagonal is zero, so each token attends only to itself and earlier tokens."}}
 viz.show_heads(record.get(kind="decoder", layer=0)[0], x_tokens=tgt_tokens, y_tokens=tgt_tokens,
                title="Decoder self-attention, layer 0: nothing above the diagonal")
 
@@ -319,7 +319,7 @@ viz.show_heads(record.get(kind="decoder", layer=0)[0], x_tokens=tgt_tokens, y_to
 # self-attention. Leave the target empty and the (untrained, so meaningless) model's own output is used, picking the likeliest token at each step (greedy decoding, chapter 10).
 # Outside a live notebook you see the starting state as a static figure.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture on cross-attention: one head's map between target and source tokens drawn large, and the small maps of all heads of that layer."}}
 explorer = widgets.attention_explorer(model, vocab, vocab, source=source, target=target)
 explorer.controls["kind"].value = "cross"  # start on cross-attention
 explorer

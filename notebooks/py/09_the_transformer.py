@@ -109,7 +109,7 @@ scales = {
 for name, value in scales.items():
     print(f"{name:20s} mean vector norm {value:5.1f}")
 
-# %%
+# %% mystnb={"image": {"alt": "Bar chart of the mean vector norm of raw embeddings, embeddings scaled by sqrt(d_model) and positional encodings: the raw embeddings are tiny beside the encodings, the scaled ones of the same size."}}
 viz.plot_bars({k: round(v, 1) for k, v in scales.items()}, ylabel="mean norm of a position's vector",
               title="d_model = 512: scaled embeddings match the positional encoding's size")
 
@@ -306,7 +306,7 @@ for name, n in table.items():
     print(f"{name:10s} {n:>12,}")
 print(f"paper: 65,000,000   ours: {total:,}   difference: {100 * (total - 65e6) / 65e6:+.1f} %")
 
-# %%
+# %% mystnb={"image": {"alt": "Bar chart of the base model's parameters: the shared embedding, the encoder, the decoder (the largest part) and the total."}}
 viz.plot_bars({"embedding (shared, = generator)": table["src_embed"], "encoder (6 layers)": table["encoder"],
                "decoder (6 layers)": table["decoder"], "total": table["total"]},
               ylabel="parameters", title="Base model: the shared embedding is almost a third of 63.1M")
@@ -352,7 +352,7 @@ print(f"without sharing or tying: {formula + 2 * V * d:,}")
 # more heads, `norm_first=True`), re-run, and see the maps and the trace change. Outside a live notebook the
 # figure shows the default state.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture of an untrained base model: one encoder attention map of 'the cat sat on the mat' drawn large, with the small maps of all heads of that layer."}}
 widgets.attention_explorer(model, vocab, vocab, source="the cat sat on the mat", target="le chat est assis")
 
 # %% [markdown]

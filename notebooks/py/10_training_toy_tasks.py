@@ -209,7 +209,7 @@ print("loop == F.cross_entropy(label_smoothing=0.1, ignore_index=0):",
 # %% [markdown]
 # Here is the target distribution the model is pulled towards, for a vocabulary of 10:
 
-# %%
+# %% mystnb={"image": {"alt": "Bar chart of a label-smoothed target over ten tokens: token 3 gets most of the probability and each of the other nine a small equal share."}}
 q = {str(v): (0.1 / 10 + (0.9 if v == 3 else 0.0)) for v in range(10)}
 viz.plot_bars(q, title="Smoothed target for the right token 3 (epsilon = 0.1, V = 10)", ylabel="q(v)")
 
@@ -271,7 +271,7 @@ check_noam_rate(noam_rate)
 # The paper's base model ($d_\text{model} = 512$, warmup = 4000) next to two small models. The smaller
 # $d_\text{model}$, the higher the curve ($d_\text{model}^{-0.5}$):
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the warm-up schedule for three settings: each learning rate rises linearly to a peak at the end of warm-up and then decays slowly, higher for the smaller d_model."}}
 rate = yours_or_reference(noam_rate, "noam_rate")
 steps = list(range(1, 20001, 50))
 viz.plot_lines({"d_model=512, warmup=4000 (paper)": [rate(s, 512, 4000) for s in steps],
@@ -496,7 +496,7 @@ print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device
 # it, and when your curve leaves the band it names the likely causes: flat at $\log V$ (nothing is learned),
 # far below the band early (the model sees the answer: a leak), NaN (the learning rate or float16).
 
-# %%
+# %% mystnb={"image": {"alt": "Training loss of the reversal model against the band of three reference runs: the loss falls from about 3.5 to below 1 and stays inside the band at every step."}}
 verdict = compare_to_reference(history, "reverse")
 print(verdict)
 verdict.figure
@@ -570,7 +570,7 @@ examples = ["ninety-seven", "seventy-one", "eighty", "eleven", "two hundred and 
 for src_text, out in zip(examples, translate(num_model, examples, numbers.src_vocab, numbers.tgt_vocab)):
     print(f"{src_text:58s} -> {out}")
 
-# %%
+# %% mystnb={"image": {"alt": "Training loss of the numbers model against the band of three reference runs: the curve falls steadily and stays inside the band throughout."}}
 verdict = compare_to_reference(num_history, "numbers")
 print(verdict)
 verdict.figure
@@ -596,7 +596,7 @@ verdict.figure
 # (teacher forcing), and look at cross-attention: rows are target positions (the decoder's queries), columns
 # are source tokens.
 
-# %%
+# %% mystnb={"image": {"alt": "Grid of cross-attention heatmaps, two layers by four heads, of the trained reversal model: the layer 1 heads show a sharp anti-diagonal, layer 0 only a blurred one."}}
 src_text, tgt_text = data.test[0]
 src = torch.tensor([data.src_vocab.encode(src_text)], device=device)                # (1, n + 1)
 tgt = torch.tensor([data.tgt_vocab.encode(tgt_text, bos=True)], device=device)      # (1, n + 2)
@@ -614,7 +614,7 @@ viz.show_heads(torch.stack(cross), x_tokens=src_tokens, y_tokens=in_tokens,
 # symbol $i$, which is source symbol $n-1-i$. Averaging the heads of each layer and measuring how much weight
 # lands exactly there:
 
-# %%
+# %% mystnb={"image": {"alt": "Heatmap of the reversal model's cross-attention averaged over the heads of its best layer: a bright anti-diagonal, so the first output token looks at the last source token and so on."}}
 n = len(src_tokens) - 1                                   # symbols in the source
 rows = torch.arange(n)
 anti = [c.mean(0)[rows, n - 1 - rows].mean().item() for c in cross]  # weight on the anti-diagonal, per layer
@@ -636,7 +636,7 @@ viz.show_attention(cross[best].mean(0), x_tokens=src_tokens, y_tokens=in_tokens,
 # shows the reversal and the cross-attention of the layer above (mean of its heads). Try a sequence longer
 # than 12: the model has never seen such positions in training, and you can watch where it breaks.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: the reversed sequence for '4 8 15 16 2 3' with its cross-attention map, a bright anti-diagonal from the last source number to the first output number."}}
 def reverse_with_attention(text):
     out = translate(model, [text], data.src_vocab, data.tgt_vocab)[0]
     src = torch.tensor([data.src_vocab.encode(text)], device=device)

@@ -141,7 +141,7 @@ print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device
 # %% [markdown]
 # Is this loss curve normal? The band holds three runs of the same recipe with different seeds:
 
-# %%
+# %% mystnb={"image": {"alt": "Training loss of the English-French model against the band of three reference runs: the curve falls steadily and stays inside the band throughout."}}
 verdict = compare_to_reference(history, "sentences")
 print(verdict)
 verdict.figure
@@ -282,7 +282,7 @@ for hyp in (["le chat noir dort .", "les enfants ne mangent pas ."],
 # layer gives a soft **alignment**: which English words each French word was written from. English puts most
 # adjectives before the noun, French mostly after: the alignment lines cross.
 
-# %%
+# %% mystnb={"image": {"alt": "Heatmap of cross-attention between an English sentence and its French translation: most French words put nearly all weight on the English word they translate, with the adjectives' order swapped."}}
 def cross_attention(model, source, target, layer):
     """Mean cross-attention of one layer's heads, (target tokens + </s>, source tokens + </s>)."""
     src = encode_batch([source], data.src_vocab, device=device)
@@ -316,7 +316,7 @@ viz.show_attention(cross_attention(model, source, target, layer=1),
 # Which layer aligns best depends on the model; in the six-layer Transformers that Garg et al. (2019) examined it
 # was the penultimate one, not the last.
 
-# %%
+# %% mystnb={"image": {"alt": "Two cross-attention heatmaps for 'Nine angry kings sing in a village.': layer 0 is diffuse, layer 1 is a sharp word-to-word alignment, with 'rois' and 'Neuf' in swapped order."}}
 source, target = examples[1], translate(model, [examples[1]], data.src_vocab, data.tgt_vocab, beam_size=4)[0]
 layers = torch.stack([cross_attention(model, source, target, layer=l) for l in range(2)])  # (layers, t, s)
 viz.show_heads(layers[None], x_tokens=data.src_vocab.tokenize(source) + ["</s>"],
@@ -329,7 +329,7 @@ viz.show_heads(layers[None], x_tokens=data.src_vocab.tokenize(source) + ["</s>"]
 # Type an English sentence with words from the lexicon (unknown words become `<unk>`). The widget translates
 # with beam search and draws the last layer's alignment.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: the typed English sentence, its French translation and the cross-attention map that aligns the words of the two."}}
 def translate_with_alignment(text):
     out = translate(model, [text], data.src_vocab, data.tgt_vocab, beam_size=4)[0]
     return out, cross_attention(model, text, out, layer=1)

@@ -97,7 +97,7 @@ print("held-out (200 test numbers):", {k: round(v, 1) for k, v in baseline.items
 # twelve*), pick the kind, the layer and the head. With an empty target, the model's own greedy translation
 # is used as the decoder's input.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: one encoder self-attention map of the typed number in words drawn large, and the small maps of all heads of that layer."}}
 widgets.attention_explorer(model, data.src_vocab, data.tgt_vocab,
                            source="three hundred and ninety-seven thousand, four hundred and eighty-one")
 
@@ -198,7 +198,7 @@ print("loop == vectorised:", abs(sum(loops) / 64 - head_entropy(w, src_mask, rea
 # %% [markdown]
 # ## See it: entropy per layer and head
 
-# %%
+# %% mystnb={"image": {"alt": "Table heatmap of normalised attention entropy for four heads in each of six attention blocks: the second cross-attention layer is the darkest (closest to pointers), the encoder rows the lightest."}}
 entropy = {kind: torch.stack([head_entropy(record.get(kind=kind, layer=l), mask, real)
                               for l in range(2)]).cpu()           # (layers, heads)
            for kind, (mask, real) in kinds.items()}
@@ -297,7 +297,7 @@ print("hook removed after the block:", not torch.allclose(restored, hooked, atol
 # Now the experiment: for each of the 24 heads, switch it off alone, translate 200 held-out numbers greedily,
 # and record the drop in exact match (percentage points) from the intact model.
 
-# %%
+# %% mystnb={"image": {"alt": "Table heatmap of exact-match points lost per switched-off head: two cells stand out bright, head 3 of the first decoder layer and head 1 of the first cross-attention layer, most others are near zero."}}
 start = time.perf_counter()
 subset = data.test[:200]
 damage = torch.zeros(6, 4)                                   # (kind x layer, head)
@@ -313,7 +313,7 @@ viz.show_matrix(damage, title="Exact-match points lost when one head is switched
 # %% [markdown]
 # And the blunt version: all four heads of one attention block off at once.
 
-# %%
+# %% mystnb={"image": {"alt": "Bar chart of exact-match points lost when a whole attention block is switched off: every decoder and cross-attention block costs almost all 100 points, the encoder blocks far fewer."}}
 whole = {}
 for kind, layer in ((k, l) for k in kinds for l in range(2)):
     with ablate(attention_module(kind, layer), range(4)):
@@ -373,21 +373,15 @@ def rank_correlation(x, y):
 # NBVAL_CHECK_OUTPUT
 check_rank_correlation(rank_correlation)
 
-# %%
+# %% mystnb={"image": {"alt": "Scatter plot of 24 heads, entropy across against points lost up, one marker per block: the heads that cost the most have low to middle entropy, and most heads cost almost nothing."}}
 spearman = yours_or_reference(rank_correlation, "rank_correlation")
 pearson = torch.corrcoef(torch.stack([flat_entropy, flat_damage]))[0, 1].item()
 rho = spearman(flat_entropy, flat_damage)
 print(f"entropy against damage over 24 heads: Pearson r = {pearson:+.2f}, Spearman rho = {rho:+.2f}")
-import matplotlib.pyplot as plt
-
-fig, ax = plt.subplots(figsize=(6, 3.6))
-for row, name in enumerate(labels):
-    ax.scatter(table[row], damage[row], label=name, s=30)
-ax.set_xlabel("normalised attention entropy of the head (0 = pointer, 1 = uniform)")
-ax.set_ylabel("exact-match points lost without it")
-ax.set_title(f"24 heads: Pearson r = {pearson:+.2f}, Spearman rho = {rho:+.2f}")
-ax.legend(fontsize=7, ncol=2)
-plt.show()
+viz.plot_scatter({name: (table[row], damage[row]) for row, name in enumerate(labels)},
+                 title=f"24 heads: Pearson r = {pearson:+.2f}, Spearman rho = {rho:+.2f}",
+                 xlabel="normalised attention entropy of the head (0 = pointer, 1 = uniform)",
+                 ylabel="exact-match points lost without it")
 
 # %% [markdown]
 # What to take from these pictures (the numbers are the ones printed above, from the run stored with this

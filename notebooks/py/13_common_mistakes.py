@@ -176,7 +176,7 @@ print(f"uniform entropy ln(10) = {math.log(10):.2f}")
 print(f"entropy, sqrt(d_k):     {entropy(w_right):.2f}")
 print(f"entropy, sqrt(d_model): {entropy(w_wrong):.2f}   (flatter)")
 
-# %%
+# %% mystnb={"image": {"alt": "Two rows of four attention heatmaps: with the correct sqrt(d_k) scale (top) some weights are bright, with the wrong sqrt(d_model) scale (bottom) every map is almost uniform."}}
 viz.show_heads(torch.stack([w_right[0, :4], w_wrong[0, :4]]), title="heads 0-3: sqrt(d_k) (top) vs sqrt(d_model)",
                row_label="scale")
 
@@ -336,7 +336,7 @@ weights_wrong = torch.softmax((x @ x.transpose(-2, -1) / 2).masked_fill(keep, fl
 print("weight on the two pads, right:  ", round(float(weights_right[..., 3:].sum(-1).mean()), 3))
 print("weight on the two pads, flipped:", round(float(weights_wrong[..., 3:].sum(-1).mean()), 3))
 
-# %%
+# %% mystnb={"image": {"alt": "Attention heatmap with the mask's polarity flipped: every query puts all its weight on the two pad columns and none on the real tokens 7, 8 and 9."}}
 viz.show_attention(weights_wrong[0, 0], x_tokens=["7", "8", "9", "pad", "pad"], y_tokens=["7", "8", "9", "pad", "pad"],
                    title="flipped polarity: only the pads get attention")
 
@@ -379,7 +379,7 @@ wrong_axis = padding_mask_on_queries(tokens, 0).expand(1, 1, 5, 5)[0, 0]
 right_axis = padding_mask(tokens, 0).expand(1, 1, 5, 5)[0, 0]
 print(hint_of(lambda: check_padding_mask(padding_mask_on_queries)))
 
-# %%
+# %% mystnb={"image": {"alt": "Two mask pictures: the correct padding mask hides the two pad columns as keys, the wrongly shaped one hides the two pad rows as queries instead."}}
 names = ["7", "8", "9", "pad", "pad"]
 fig = viz.Figure(figsize=(7, 3), dpi=90, layout="constrained")
 left, right_ax = fig.subplots(1, 2)
@@ -474,7 +474,7 @@ print(f"final training loss: correct {loss_right[-1]:.3f}, leaky {loss_leaky[-1]
       f"sqrt(d_model) {loss_d_model[-1]:.3f}")
 print(f"greedy copy accuracy: correct {acc_right:.2f}, leaky {acc_leaky:.2f}, sqrt(d_model) {acc_d_model:.2f}")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of training loss on the copy task for the correct model and two buggy ones: all three fall towards zero, the leaky causal mask fastest."}}
 viz.plot_lines({"correct": loss_right, "causal mask off by one, tril(1)": loss_leaky,
                 "scores / sqrt(d_model)": loss_d_model},
                title="copy task: every model 'trains'", xlabel="step", ylabel="cross-entropy")
@@ -865,7 +865,7 @@ print("log-prob generator == log_softmax(tfm_lesson logits):", same)
 # extra diagonal of True above the main one. (In a live notebook, move the sliders; here you see its
 # default state.)
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: the padding of a two-sentence batch, the first sentence's padding-plus-causal mask, and the attention weights it allows, zero for every blocked key."}}
 widgets.mask_explorer(lengths=(6, 4), causal=True)
 
 # %% [markdown]

@@ -306,7 +306,7 @@ for n in (32, 128, 512):
     cached_rate, uncached_rate = 1e3 * n / sum(fast_ms[:n]), 1e3 * n / sum(slow_ms[:n])
     print(f"{n:10} | {cached_rate:12.0f} | {uncached_rate:14.0f} | {cached_rate / uncached_rate:5.1f}x")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of milliseconds per generated token over 512 tokens: without the cache the time grows with the length, with the KV cache it stays low and nearly flat."}}
 fig, ax = plt.subplots(figsize=(7, 3.5))
 ax.plot(range(1, 513), slow_ms, label="without cache: the whole sequence each step")
 ax.plot(range(1, 513), fast_ms, label="with KV cache: one token each step")

@@ -732,7 +732,7 @@ else:
 # compare each run with its own baseline. On a GPU these small runs print slightly different losses, since
 # its kernels round differently; the full ablation below was run on a CPU, as its settings line prints.)
 
-# %%
+# %% mystnb={"image": {"alt": "Ablation picture of two variants: left, the held-out loss of each seed with mean and standard deviation; right, the paired change of today's block with its 95% interval, which crosses zero."}}
 from tfm_lesson.data.corpus import load_corpus
 from tfm_lesson.lm import prepare_lm_data
 
@@ -753,7 +753,7 @@ plot_ablation(tiny, title="the tiny ablation: 60 steps per run")
 # package as a small table;
 # `python -m tfm_lesson.ablation --out my_table.json` reruns every run and writes a new table.
 
-# %%
+# %% mystnb={"image": {"alt": "Ablation picture of seven cumulative variants: left, held-out loss per seed with mean and standard deviation; right, the paired change from the row above with its 95% interval, clearly below zero for pre-norm and for RoPE, crossing zero for the others."}}
 full = load_ablation()
 settings = full["settings"]
 seconds = sum(run["seconds"] for run in full["runs"])
@@ -792,7 +792,7 @@ plot_ablation(full)
 # slower still, which is why long-context models raise `rope_theta`. Outside a live notebook you see the
 # default.
 
-# %%
+# %% mystnb={"image": {"alt": "Explorer picture: the RoPE score of two equal vectors against their distance for the chosen rope_theta and d_k, 1 at distance 0, dropping fast and then fluctuating at a lower level over 2,000 positions."}}
 theta_slider = ipw.FloatLogSlider(value=10000, base=10, min=2, max=6.5, description="rope_theta",
                                   continuous_update=False, style={"description_width": "initial"})
 d_k_slider = ipw.Dropdown(options=[16, 32, 64, 128], value=64, description="d_k")
