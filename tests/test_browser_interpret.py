@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from browser import browser_missing, cell_errors, chromium_page, jupyter_lab, open_notebook, run_all_cells, screenshot, write_notebook
+from browser import (browser_missing, cell_errors, chromium_page, jupyter_lab, open_notebook, run_all_cells, screenshot,
+                     write_notebook)
 from test_browser_widgets import _move_and_check
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")]
@@ -17,7 +18,8 @@ cross = torch.rand(2, 4, 5, 6, generator=g).softmax(-1)
 toy = torch.rand(2, 4, 9, 9, generator=g).tril().softmax(-1)
 views = {
     "translation": dict(maps=cross, scores={"AER": torch.rand(2, 4, generator=g)},
-                        x_tokens=["the", "red", "car", "left", ".", "</s>"], y_tokens=["la", "voiture", "rouge", "est", "partie"],
+                        x_tokens=["the", "red", "car", "left", ".", "</s>"],
+                        y_tokens=["la", "voiture", "rouge", "est", "partie"],
                         sure={(0, 0), (1, 2), (2, 1)}, possible={(0, 0), (1, 2), (2, 1), (3, 3), (4, 3)}),
     "copying": dict(maps=toy, scores={"prefix matching": torch.rand(2, 4, generator=g),
                                       "previous token": torch.rand(2, 4, generator=g)}),

@@ -51,7 +51,7 @@ def test_aer_possible_none_ignored():
         check_alignment_error_rate(no_default)
 
 
-# induction score --------------------------------------------------------------------------------------------------------
+# induction score ------------------------------------------------------------------------------------------------------
 def test_induction_score_correct_passes(capsys):
     check_induction_score(prefix_matching_scores)
     assert "passed" in capsys.readouterr().out
@@ -80,7 +80,7 @@ def test_induction_score_mistakes_named(bug, match):
         check_induction_score(bug)
 
 
-# patch position ----------------------------------------------------------------------------------------------------------
+# patch position -------------------------------------------------------------------------------------------------------
 def patch_right(corrupted, clean, head, position):
     out = corrupted.clone()
     out[:, position, head] = clean[:, position, head]

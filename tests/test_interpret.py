@@ -87,7 +87,7 @@ def test_monotonic_alignment():
         monotonic_alignment(3, 0)
 
 
-# -- the translation model's heads --------------------------------------------------------------------------------------
+# -- the translation model's heads -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def aligned_data():
     from tfm_lesson.data import Vocab
@@ -141,7 +141,7 @@ def test_head_aer_perfect_for_a_model_that_attends_to_gold(aligned_data, monkeyp
     assert perfect and all(bool((t == 0).all()) for t in total)
 
 
-# -- attention-only model, scores, interventions ---------------------------------------------------------------------------
+# -- attention-only model, scores, interventions -----------------------------------------------------------------------
 def test_repeated_tokens_and_losses():
     g = torch.Generator().manual_seed(0)
     x = repeated_tokens(3, 5, 10, g)

@@ -495,11 +495,13 @@ def _links_array(links, name: str, rows: int, cols: int) -> list[tuple[int, int]
         return []
     out = []
     for link in links:
-        if not (isinstance(link, (tuple, list)) and len(link) == 2 and all(isinstance(i, (int, np.integer)) for i in link)):
+        pair = isinstance(link, (tuple, list)) and len(link) == 2
+        if not (pair and all(isinstance(i, (int, np.integer)) for i in link)):
             raise ValueError(f"{name} must hold (target, source) index pairs, got {link!r}")
         t, s = int(link[0]), int(link[1])
         if not (0 <= t < rows and 0 <= s < cols):
-            raise ValueError(f"{name} link {link!r} is outside the map of {rows} rows (target) x {cols} columns (source)")
+            raise ValueError(f"{name} link {link!r} is outside the map of {rows} rows (target) x {cols} columns "
+                             "(source)")
         out.append((t, s))
     return sorted(set(out))
 
@@ -543,12 +545,8 @@ def show_alignment(weights, sure=None, possible=None, x_tokens=None, y_tokens=No
                        rotation=60 if long else 0, ha="right" if long else "center",
                        rotation_mode="anchor" if long else "default")
     ax.set_yticklabels(y_labels if y_labels is not None else [str(i) for i in range(rows)], rotation=0)
-    legend = [Patch(facecolor="none", edgecolor=PALETTE[1], linewidth=2.2, label="sure gold link")]
-    if possible_links:
-        legend.append(Patch(facecolor="none", edgecolor=PALETTE[1], linewidth=1.2, linestyle="--",
-                            label="possible gold link"))
-    if sure_links or possible_links:
-        ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(0.0, -0.02 - (0.18 if long else 0.08)),
-                  fontsize=FONT - 1, frameon=False, ncol=2)
-    _style_axes(ax, title or "Attention and the gold alignment", xlabel, ylabel)
+    title = title or "Attention and the gold alignment"
+    if sure_links or possible_links:  # the key in the title: a legend would cover the rotated token labels
+        title += "\n(gold links: solid frame = sure" + (", dashed = possible)" if possible_links else ")")
+    _style_axes(ax, title, xlabel, ylabel)
     return fig

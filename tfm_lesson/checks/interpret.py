@@ -20,7 +20,7 @@ from ._harness import Mistake, call, close, expect, passed
 __all__ = ["check_alignment_error_rate", "check_induction_score", "check_patch_position"]
 
 
-# AER -------------------------------------------------------------------------------------------------------------------
+# AER ------------------------------------------------------------------------------------------------------------------
 def _aer(a, s, p, bug: str = "") -> float:
     if bug == "list":  # counts of a list: a repeated link counted each time it appears
         a_s = sum(1 for link in a if link in s)
@@ -91,7 +91,7 @@ def check_alignment_error_rate(fn: Callable) -> None:
            "a repeated link counted once (or refused)")
 
 
-# induction score --------------------------------------------------------------------------------------------------------
+# induction score ------------------------------------------------------------------------------------------------------
 def _score(a: Tensor, seg_len: int, bug: str = "") -> Tensor:
     n = a.size(-1)
     if bug == "diagonal":  # every query with a key seg_len - 1 back, first half included
@@ -154,7 +154,7 @@ def check_induction_score(fn: Callable) -> None:
     passed("check_induction_score", "the repeated half's queries, one key after the earlier copy, averaged")
 
 
-# patching at a position -------------------------------------------------------------------------------------------------
+# patching at a position -----------------------------------------------------------------------------------------------
 def check_patch_position(fn: Callable) -> None:
     """``fn(corrupted, clean, head, position)`` with ``(batch, len, heads, d_k)`` head outputs: a NEW tensor equal to
     ``corrupted`` except ``[:, position, head]``, which comes from ``clean``; the inputs are left unchanged."""
