@@ -35,8 +35,8 @@
 # scores that name induction heads (exercise 2); ablation and activation patching, and where to patch
 # (exercise 3); and how far attention weights agree with the effect of an intervention (a rank correlation).
 #
-# This chapter trains two small models (about two minutes on a laptop CPU). Read chapters 11 (translation) and
-# 12 (ablation with a hook on `w_o`) first.
+# This chapter trains two small models on the CPU; their cells print how long they took. Read chapters 11
+# (translation) and 12 (ablation with a hook on `w_o`) first.
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
@@ -78,7 +78,7 @@ print(f"running on {device.type} ({platform.machine()}, {os.cpu_count()} cores, 
 #
 # 1. **Is it right?** Where the right answer is known, compare. In translation the right answer is the word
 #    alignment: *voitures* comes from *cars*, *rouges* from *red*. A head whose argmax points from each French
-#    word to its English source is an aligner, and the fraction of wrong links measures how good.
+#    word to its English source is an aligner, and an error rate over its links measures how good.
 # 2. **Is it used?** A head can look at the right place and still not matter, because another head does the
 #    same job or because the layers after it ignore what it writes. Only an intervention answers that: remove
 #    the head's output, or replace it with its output from another input, and measure what changes.
@@ -91,9 +91,9 @@ print(f"running on {device.type} ({platform.machine()}, {os.cpu_count()} cores, 
 # ### The data: a segment, then the same segment again
 #
 # Each sequence is `<s>` (id 0), a segment of random tokens, then the same segment again. The first half cannot
-# be predicted at all: every token is drawn uniformly. The second half can be predicted perfectly, but only by
-# a model that *looks back*: to predict the token after `A` in the repeat, find the earlier `A` and copy the
-# token that followed it.
+# be predicted at all: every token is drawn uniformly. The second half can be predicted perfectly (all but its
+# first token, which nothing announces), but only by a model that *looks back*: to predict the token after `A`
+# in the repeat, find the earlier `A` and copy the token that followed it.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -108,7 +108,7 @@ print("second half (positions 9..16):", example[9:].tolist())
 # ### The math: two scores read off attention
 #
 # Write $a_{t,s}$ for the weight a head puts, at query position $t$, on key position $s$ (causal: $s \le t$). For
-# sequences of length $1 + 2n$ ($n$ the segment length, position 0 holding `<s>`):
+# sequences of $L = 1 + 2n$ positions ($n$ the segment length, position 0 holding `<s>`):
 #
 # - **previous-token score**: $\frac{1}{L-1}\sum_{t=1}^{L-1} a_{t,t-1}$, the mean weight on the key just before
 #   the query. A head that scores near 1 copies each token's predecessor into its position.
@@ -119,8 +119,8 @@ print("second half (positions 9..16):", example[9:].tolist())
 # No single layer can compute the second pattern from the tokens alone: the key at $t-n+1$ must announce "the
 # token before me was the one you hold", and only a head in an earlier layer can write the previous token into
 # that position. Elhage et al. (2021) call this **K-composition**: a previous-token head in layer 0 builds the
-# keys that an induction head in layer 1 matches against. Olsson et al. (2022) found such pairs in every
-# Transformer they trained, forming in one sudden **phase change** during training.
+# keys that an induction head in layer 1 matches against. Olsson et al. (2022) found induction heads in every
+# model of two layers or more that they studied, forming in one sudden **phase change** during training.
 #
 # ### Build it: a two-layer attention-only model
 #
@@ -431,8 +431,8 @@ check_alignment_error_rate(aer)
 # ### The model: chapter 11's translator
 #
 # The same recipe as chapter 11: $d_\text{model} = 128$, 4 heads, 2 + 2 layers, $d_\text{ff} = 256$, dropout
-# 0.1, 500 steps of 64 pairs, warm-up 200 steps to a peak rate of 0.002, label smoothing 0.1 (no validation
-# scoring during training, to save time).
+# 0.1, 500 steps of 64 pairs, warm-up 200 steps to a peak rate of 0.002, label smoothing 0.1 (the validation
+# set is scored once, at the end, instead of every 100 steps).
 
 # %%
 data = load_task("sentences", seed=0)
@@ -498,11 +498,14 @@ print(f"best head: decoder layer {best_layer} (the {which} "
 # - **The layers.** Within one table, compare the rows of layer 0 and layer 1 with each other and with the
 #   baseline: whether a layer's heads beat the baseline says whether that layer aligns at all.
 #
-# Garg et al. (2019) measured the same thing on a six-layer Transformer trained on real German–English data
-# and found the **penultimate** layer's attention to be the best aligner (the last layer's worse), with AER
-# far above that of a dedicated word aligner. Our decoder has two layers, so "penultimate" is layer 0; the
-# verdict line says which layer wins here. With so few layers and a tiny, regular language, this is one data
-# point, not a replication.
+# Garg et al. (2019) measured the same thing on six-layer Transformers trained on real German–English,
+# Romanian–English and English–French data, reading each layer's alignment from the mean of its heads. They
+# found the **penultimate** layer the best aligner (the last layer worse), with alignment error rates well above
+# those of statistical word aligners such as GIZA++. Our decoder has two layers, so "penultimate" is layer 0;
+# the verdict line says which layer wins here, and in the stored run it is not the penultimate one. A plausible
+# reason, not a tested one: with two layers, the first decoder layer's queries have been through only one round
+# of the target's self-attention, and the last layer is the only one left to do the aligning. One small model on
+# a tiny, regular language is one data point, not a replication.
 #
 # ### See it: the best head against the gold alignment
 
@@ -535,9 +538,9 @@ viz.show_alignment(rows, sample.sure, sample.possible, x_tokens=list(sample.en_t
 # and what happens when the head is removed (an intervention). If attention explained the model's behaviour, the
 # two would rank the heads alike. This is a live debate:
 #
-# - Jain & Wallace (2019), *Attention is not Explanation*, found that attention weights in recurrent text
-#   classifiers often disagree with gradient and leave-one-out measures of importance, and that very different
-#   attention distributions can give the same prediction.
+# - Jain & Wallace (2019), *Attention is not Explanation*, found that the attention weights of recurrent models
+#   for text classification, question answering and inference often disagree with gradient and leave-one-out
+#   measures of importance, and that very different attention distributions can give the same prediction.
 # - Wiegreffe & Pinter (2019), *Attention is not not Explanation*, answered that this depends on what
 #   "explanation" means: attention can be one plausible account among several, and their tests show it often
 #   carries real information, though it is not the unique faithful one.
