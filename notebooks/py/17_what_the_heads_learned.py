@@ -60,8 +60,8 @@ from tfm_lesson.data import load_task
 from tfm_lesson.data.alignments import generate_aligned
 from tfm_lesson.interpret import (AttentionOnly, ablate_head, alignment_error_rate, corpus_alignment_error_rate,
                                   cross_attention_maps, extract_alignment, head_alignment_error_rates,
-                                  induction_scores, monotonic_alignment, patch_head, prefix_matching_scores,
-                                  previous_token_scores, repeated_half_loss, repeated_tokens, spearman)
+                                  induction_scores, monotonic_alignment, patch_head, repeated_half_loss,
+                                  repeated_tokens, spearman)
 from tfm_lesson.training import make_model, train
 
 torch.set_num_threads(1)  # small models: one thread is fastest, and the runs repeat exactly
@@ -142,8 +142,8 @@ before = induction_scores(toy, seg_len=SEG, batch=64, seed=1)  # scores of the u
 
 # %% [markdown]
 # Train by a fixed number of steps (800, batches of 32, Adam at $3 \cdot 10^{-3}$). Every 20 steps the loop
-# records the loss on each half of a fresh batch of 20-token segments, and the best prefix-matching score of
-# a layer-1 head and the best previous-token score of a layer-0 head.
+# records the loss on each half of one fixed probe batch of 20-token segments, and the best prefix-matching
+# score of a layer-1 head and the best previous-token score of a layer-0 head.
 
 # %%
 STEPS, LOG_EVERY = 800, 20
@@ -462,8 +462,8 @@ print(len(gold), "test sentences with gold alignments,",
 # attention parked on the source's `</s>` counts as "no link". Which row belongs to a French word needs a
 # decision. Under teacher forcing the decoder's input is `<s> y_1 … y_n`; the query at position $j$ **predicts**
 # $y_{j+1}$, while $y_{j+1}$ is the decoder's **input** one position later. `shift=0` reads word $y_{j+1}$ from
-# the row that predicts it, `shift=1` from the row that reads it. Both are common in the literature; the
-# chapter measures both.
+# the row that predicts it, `shift=1` from the row that reads it. Both are used: Chen et al. (2020) found the
+# second better on real data and larger models. The chapter measures both.
 
 # %%
 aer_predict = head_alignment_error_rates(model, gold, data.src_vocab, data.tgt_vocab, shift=0)  # (layers, heads)
@@ -667,7 +667,8 @@ T.quiz.show("17")
 # **References**: F. J. Och and H. Ney, *A Systematic Comparison of Various Statistical Alignment Models*,
 # Computational Linguistics, 2003. S. Garg et al., *Jointly Learning to Align and Translate with Transformer
 # Models*, EMNLP 2019. N. Elhage et al., *A Mathematical Framework for Transformer Circuits*, 2021.
-# C. Olsson et al., *In-context Learning and Induction Heads*, 2022. S. Jain and B. C. Wallace, *Attention is
+# C. Olsson et al., *In-context Learning and Induction Heads*, 2022. Y. Chen et al., *Accurate Word Alignment
+# Induction from Neural Machine Translation*, EMNLP 2020. S. Jain and B. C. Wallace, *Attention is
 # not Explanation*, NAACL 2019. S. Wiegreffe and Y. Pinter, *Attention is not not Explanation*, EMNLP 2019.
 # P. Michel, O. Levy and G. Neubig, *Are Sixteen Heads Really Better than One?*, NeurIPS 2019. E. Voita et al.,
 # *Analyzing Multi-Head Self-Attention: Specialized Heads Do the Heavy Lifting, the Rest Can Be Pruned*,
