@@ -30,10 +30,11 @@
 #
 # Last, the question behind both: when attention points somewhere, does the model *use* what it points at?
 #
-# **What you will learn**: gold alignments and the alignment error rate of Och & Ney (2003), with its sure and
-# possible links (exercise 1); how to read an alignment off a head; the previous-token and prefix-matching
-# scores that name induction heads (exercise 2); ablation and activation patching, and where to patch
-# (exercise 3); and how far attention weights agree with the effect of an intervention (a rank correlation).
+# **What you will learn**: the previous-token and prefix-matching scores that name induction heads
+# (exercise 1); ablation and activation patching, and where to patch (exercise 2); gold alignments and the
+# alignment error rate of Och & Ney (2003), with its sure and possible links (exercise 3); how to read an
+# alignment off a head; and how far attention weights agree with the effect of an intervention (a rank
+# correlation).
 #
 # This chapter trains two small models on the CPU; their cells print how long they took. Read chapters 11
 # (translation) and 12 (ablation with a hook on `w_o`) first.
@@ -237,13 +238,12 @@ for ax, layer, head, what in zip(fig.subplots(1, 2), (0, 1), (prev_head, ind_hea
 fig
 
 # %% [markdown]
-# ### Exercise 2: the induction score
+# ### Exercise 1: the induction score
 # **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `induction_score(attention, seg_len)`: `attention` is `(..., 1 + 2 seg_len, 1 + 2 seg_len)` over `<s>`,
 # a segment and its repeat; return `(...)`, the mean over the queries $t$ of the **repeated** half
-# ($t = n+1, \dots, 2n$, with $n$ = `seg_len`) of `attention[..., t, t - n + 1]`. (Exercise 1 is in part two;
-# this one fits here.)
+# ($t = n+1, \dots, 2n$, with $n$ = `seg_len`) of `attention[..., t, t - n + 1]`.
 
 # %%
 def induction_score(attention, seg_len):
@@ -341,7 +341,7 @@ print(f"induction head (layer 1, head {ind_head}) patched at the repeat's querie
 # corrupted tokens are the wrong ones to copy. Patching answers a narrower question than ablation: not "is this
 # head needed?" but "does this head, here, carry the difference between the two inputs?"
 #
-# ### Exercise 3: patch one head at one position
+# ### Exercise 2: patch one head at one position
 # **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~10 min
 #
 # `patch_head` edits the heads' outputs just before `w_o`, shaped `(batch, len, heads, d_k)`. Write
@@ -405,7 +405,7 @@ for f, token in enumerate(shown.fr_tokens):
 # and 1 when nothing matches. Over a corpus, the four counts are summed over the sentences before the ratio is
 # taken. $A$, $S$ and $P$ are **sets**: a link named twice is one link.
 #
-# ### Exercise 1: the alignment error rate
+# ### Exercise 3: the alignment error rate
 # **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `aer(predicted, sure, possible=None)` for one sentence; with `possible=None`, $P = S$. The inputs may be
