@@ -204,8 +204,14 @@ def test_attention_only_model_shapes_and_errors():
 
 
 def test_induction_heads_form_in_a_short_run():
+    from tfm_lesson.training import cpu_threads
+
+    with cpu_threads(1):  # one thread: fast for this size, and restored afterwards
+        _grow_induction_heads()
+
+
+def _grow_induction_heads():
     torch.manual_seed(0)
-    torch.set_num_threads(1)
     m = AttentionOnly(32, d_model=32, heads=2, layers=2, max_len=25)
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(1)
@@ -234,16 +240,14 @@ def test_ablation_and_patching_by_hand():
         base_clean, base_corr = m(clean), m(corrupted)
     outs = head_outputs(m, clean, 1)
     assert outs.shape == (2, 7, 2, 4)
-    # patching every position of every... one head changes the output; patching with itself changes nothing
+    # patching a head with its own output changes nothing; patching it from another input changes its position
     assert torch.allclose(patch_head(m, corrupted, corrupted, 1, 0), base_corr, atol=1e-6)
     patched = patch_head(m, clean, corrupted, 1, 0, positions=[5])
     assert not torch.allclose(patched[:, 5], base_corr[:, 5])
     # layer 1 is the last layer: positions other than 5 are untouched (causal, nothing mixes later)
     assert torch.allclose(patched[:, :5], base_corr[:, :5], atol=1e-6)
     assert torch.allclose(patched[:, 6:], base_corr[:, 6:], atol=1e-6)
-    # patching both heads of the last layer at every position gives the clean run's layer-1 contribution
     both = head_outputs(m, clean, 1)
-
     zero = ablate_head(m, clean, 1, 0, mode="zero")
     assert not torch.allclose(zero, base_clean)
     # by hand: zero head 0's slice of the input to w_o
