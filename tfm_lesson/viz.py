@@ -38,6 +38,7 @@ __all__ = [
     "plot_bars", "show_positional_encoding", "figure_png", "course_style", "set_theme", "new_figure",
     "style_axes", "set_ticks", "token_labels", "as_array", "squeeze_to", "heatmap", "heatmap_data",
     "frame_cells", "draw_head_grid", "plot_band", "plot_points", "plot_distributions", "plot_scatter",
+    "show_alignment",
 ]
 
 WEIGHT_CMAP = "viridis"
@@ -871,3 +872,64 @@ def plot_roofline(peak_gflops: float, bandwidth_gbs: float, points: Mapping[str,
 
 
 __all__ += ["plot_scaling", "plot_roofline"]
+# chapter 17: an attention map with the gold word alignment drawn over it
+def _links_array(links, name: str, rows: int, cols: int) -> list[tuple[int, int]]:
+    if links is None:
+        return []
+    out = []
+    for link in links:
+        pair = isinstance(link, (tuple, list)) and len(link) == 2
+        if not (pair and all(isinstance(i, (int, np.integer)) for i in link)):
+            raise ValueError(f"{name} must hold (target, source) index pairs, got {link!r}")
+        t, s = int(link[0]), int(link[1])
+        if not (0 <= t < rows and 0 <= s < cols):
+            raise ValueError(f"{name} link {link!r} is outside the map of {rows} rows (target) x {cols} columns "
+                             "(source)")
+        out.append((t, s))
+    return sorted(set(out))
+
+
+def show_alignment(weights, sure=None, possible=None, x_tokens=None, y_tokens=None, title: str | None = None,
+                   xlabel: str = "source (key)", ylabel: str = "target (query)", ax=None) -> Figure:
+    """An attention map ``(target_len, source_len)`` drawn with seaborn, the gold alignment on top: a **sure**
+    link ``(target, source)`` framed by a solid square, a **possible** one (not sure) by a dashed square.
+
+    Rows are target words (queries), columns source words (keys); extra columns (``</s>``) may exceed the words
+    the links index. With ``ax`` the map is drawn into that axes and its figure is returned.
+    """
+    import seaborn as sns
+    from matplotlib.patches import Rectangle
+
+    arr = _squeeze_to(_as_array(weights, "weights"), 2, "weights", "(target_len, source_len)",
+                      "; pick one head's map, e.g. maps[layer, head]").astype(np.float64)
+    rows, cols = arr.shape
+    sure_links = _links_array(sure, "sure", rows, cols)
+    possible_links = [link for link in _links_array(possible, "possible", rows, cols) if link not in set(sure_links)]
+    x_labels = _labels(x_tokens, cols, "x_tokens", "source positions (columns)")
+    y_labels = _labels(y_tokens, rows, "y_tokens", "target positions (rows)")
+    if ax is None:
+        fig = _figure(*_heatmap_size(rows, cols))
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
+    sns.heatmap(arr, ax=ax, cmap=WEIGHT_CMAP, vmin=0.0, vmax=max(1e-9, float(np.nanmax(arr))), square=False,
+                cbar_kws={"label": "weight", "shrink": 0.85, "pad": 0.02}, xticklabels=False, yticklabels=False)
+    for t, s in sure_links:
+        ax.add_patch(Rectangle((s + 0.06, t + 0.06), 0.88, 0.88, fill=False, edgecolor=PALETTE[1], linewidth=2.2))
+    for t, s in possible_links:
+        ax.add_patch(Rectangle((s + 0.1, t + 0.1), 0.8, 0.8, fill=False, edgecolor=PALETTE[1], linewidth=1.2,
+                               linestyle="--"))
+    ticks_x = np.arange(cols) + 0.5
+    ticks_y = np.arange(rows) + 0.5
+    ax.set_xticks(ticks_x)
+    ax.set_yticks(ticks_y)
+    long = x_labels is not None and max((len(t) for t in x_labels), default=0) > 4
+    ax.set_xticklabels(x_labels if x_labels is not None else [str(i) for i in range(cols)],
+                       rotation=60 if long else 0, ha="right" if long else "center",
+                       rotation_mode="anchor" if long else "default")
+    ax.set_yticklabels(y_labels if y_labels is not None else [str(i) for i in range(rows)], rotation=0)
+    title = title or "Attention and the gold alignment"
+    if sure_links or possible_links:  # the key in the title: a legend would cover the rotated token labels
+        title += "\n(gold links: solid frame = sure" + (", dashed = possible)" if possible_links else ")")
+    _style_axes(ax, title, xlabel, ylabel)
+    return fig

@@ -52,7 +52,7 @@ from .recording import record_attention
 __all__ = [
     "Explorer", "temperature_explorer", "mask_explorer", "head_explorer", "positional_explorer",
     "attention_explorer", "translate_widget", "sampling_widget", "strip_widget_views", "WIDGET_VIEW",
-    "budget_explorer",
+    "budget_explorer", "head_scores_explorer",
 ]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -791,3 +791,75 @@ def budget_explorer(d_model: int = 512, ratio: int = 4, heads: int = 8, kind: st
 
     return Explorer("budget_explorer", {"d_model": d_slider, "ratio": ratio_slider, "heads": heads_menu,
                                         "layer": kind_menu}, render)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# chapter 17: pick a layer and a head; see its map, the gold alignment and its scores
+def head_scores_explorer(views: dict[str, dict], layer: int = 0, head: int = 0) -> Explorer:
+    """Pick a model (``views`` key), a layer and a head: its attention map (gold links drawn on, when given) and
+    its scores, next to the grid of the first score over every layer and head (the chosen head framed).
+
+    Each view is a dict: ``maps`` ``(layers, heads, q_len, k_len)``; ``scores`` ``{name: (layers, heads)}``
+    (e.g. ``{"AER": ..., "prefix matching": ...}``); optional ``x_tokens``, ``y_tokens``, ``sure``, ``possible``
+    (``(row, column)`` links drawn over the map) and ``lower_is_better`` (score names where low is good).
+    """
+    if not isinstance(views, dict) or not views:
+        raise ValueError("views must be a non-empty dict {name: {'maps': ..., 'scores': {...}}}")
+    prepared = {}
+    for name, view in views.items():
+        if not isinstance(view, dict) or "maps" not in view or "scores" not in view:
+            raise ValueError(f"view {name!r} must be a dict with 'maps' and 'scores'")
+        maps = view["maps"].detach().cpu().double() if isinstance(view["maps"], Tensor) else torch.as_tensor(
+            np.asarray(view["maps"], dtype=np.float64))
+        if maps.dim() != 4:
+            raise ValueError(f"view {name!r}: maps must be (layers, heads, q_len, k_len), got {tuple(maps.shape)}")
+        scores = {}
+        for key, value in view["scores"].items():
+            value = torch.as_tensor(value, dtype=torch.float64).cpu()
+            if tuple(value.shape) != tuple(maps.shape[:2]):
+                raise ValueError(f"view {name!r}: score {key!r} must be (layers, heads) = {tuple(maps.shape[:2])}, "
+                                 f"got {tuple(value.shape)}")
+            scores[key] = value
+        if not scores:
+            raise ValueError(f"view {name!r}: scores is empty")
+        prepared[name] = dict(view, maps=maps, scores=scores)
+    names = list(prepared)
+    first = prepared[names[0]]
+    model = widgets.Dropdown(options=names, value=names[0], description="model")
+    layer_s = _slider("layer", min(max(0, layer), first["maps"].size(0) - 1), 0, first["maps"].size(0) - 1)
+    head_s = _slider("head", min(max(0, head), first["maps"].size(1) - 1), 0, first["maps"].size(1) - 1)
+
+    def render():
+        view = prepared[model.value]
+        maps, scores = view["maps"], view["scores"]
+        l, h = min(layer_s.value, maps.size(0) - 1), min(head_s.value, maps.size(1) - 1)
+        fig = viz.Figure(figsize=(10, 4.4), dpi=viz.DPI, layout="constrained")
+        left, right = fig.subfigures(1, 2, width_ratios=[1.5, 1])
+        ax = left.subplots()
+        viz.show_alignment(maps[l, h].numpy(), view.get("sure"), view.get("possible"), view.get("x_tokens"),
+                           view.get("y_tokens"), title=f"{model.value}: layer {l}, head {h}", ax=ax,
+                           xlabel=view.get("xlabel", "key"), ylabel=view.get("ylabel", "query"))
+        key = next(iter(scores))
+        grid = scores[key].numpy()
+        ax2 = right.subplots()
+        im = ax2.imshow(grid, cmap="cividis", aspect="equal", interpolation="nearest")
+        for (i, j), v in np.ndenumerate(grid):
+            ax2.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=viz.FONT - 1,
+                     color="white" if im.norm(v) < 0.55 else "black")
+        _frame(ax2, h - 0.5, l - 0.5, 1, 1)
+        ax2.set_xticks(range(grid.shape[1]))
+        ax2.set_yticks(range(grid.shape[0]))
+        viz._style_axes(ax2, f"{key}, every head", "head", "layer")
+        right.colorbar(im, ax=ax2, shrink=0.7).set_label(key, fontsize=viz.FONT)
+        text = ", ".join(f"{k} {float(v[l, h]):.3f}" for k, v in scores.items())
+        fig.suptitle(f"layer {l}, head {h}: {text}", fontsize=viz.FONT + 1)
+        return fig
+
+    def _model_changed(change):
+        maps = prepared[change["new"]]["maps"]
+        with explorer.hold():
+            layer_s.max, head_s.max = maps.size(0) - 1, maps.size(1) - 1
+
+    explorer = Explorer("head_scores_explorer", {"model": model, "layer": layer_s, "head": head_s}, render)
+    model.observe(_model_changed, names="value")
+    return explorer

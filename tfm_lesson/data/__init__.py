@@ -13,6 +13,7 @@ Tasks: ``copy``, ``reverse``, ``sort`` (toy), ``numbers`` (English → French nu
 from __future__ import annotations
 
 from .lexicon import CREDITS
+from .alignments import AlignedPair, align_clause, generate_aligned
 from .batching import Batch, batches, encode_batch, make_batch, pad_sequences
 from .numbers import load_numbers, number_pairs, number_words
 from .pairs import ParallelData, dedupe_by_source, from_pairs, read_tsv, split_pairs
@@ -26,6 +27,7 @@ __all__ = [
     "Batch", "batches", "make_batch", "encode_batch", "pad_sequences",
     "TOY_TASKS", "toy_pairs", "load_toy", "number_words", "number_pairs", "load_numbers",
     "generate_sentences", "load_sentences", "shipped_sentences",
+    "AlignedPair", "align_clause", "generate_aligned",
     "TASKS", "load_task", "CREDITS",
 ]
 

@@ -1,0 +1,192 @@
+"""Checkers for chapter 17 (what the heads learned):
+
+- ``check_alignment_error_rate(fn)``: ``fn(predicted, sure, possible=None)`` -> Och & Ney's AER, a float;
+  the links are ``(target, source)`` pairs, an alignment is a **set** (a repeated link is counted once, or refused);
+- ``check_induction_score(fn)``: ``fn(attention (..., 1 + 2 seg_len, 1 + 2 seg_len), seg_len)`` -> ``(...)`` mean
+  attention of the repeated half's queries to the key after the earlier copy of their token;
+- ``check_patch_position(fn)``: ``fn(corrupted, clean, head, position)`` -> a copy of ``corrupted``
+  ``(batch, len, heads, d_k)`` whose ``head`` at query ``position`` comes from ``clean``, nothing else changed.
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ._harness import Mistake, call, close, expect, passed
+
+__all__ = ["check_alignment_error_rate", "check_induction_score", "check_patch_position"]
+
+
+# AER ------------------------------------------------------------------------------------------------------------------
+def _aer(a, s, p, bug: str = "") -> float:
+    if bug == "list":  # counts of a list: a repeated link counted each time it appears
+        a_s = sum(1 for link in a if link in s)
+        a_p = sum(1 for link in a if link in p)
+        return 1 - (a_s + a_p) / (len(a) + len(s))
+    a, s, p = set(a), set(s), set(p)
+    if bug == "s_twice":
+        return 1 - 2 * len(a & s) / (len(a) + len(s))
+    if bug == "p_twice":
+        return 1 - 2 * len(a & p) / (len(a) + len(s))
+    if bug == "denominator_p":
+        return 1 - (len(a & s) + len(a & p)) / (len(a) + len(p))
+    if bug == "accuracy":
+        return (len(a & s) + len(a & p)) / (len(a) + len(s))
+    return 1 - (len(a & s) + len(a & p)) / (len(a) + len(s))
+
+
+_AER_HINTS = {
+    "list": "a link named twice in `predicted` was counted twice: an alignment is a SET of links. Turn the "
+            "inputs into sets first (set(predicted)), or refuse repeats; counting over the list rewards a model "
+            "that repeats the links it is sure of",
+    "s_twice": "you used |A ∩ S| twice: the numerator is |A ∩ S| + |A ∩ P| (a possible link counts for precision, "
+               "only a sure one for recall)",
+    "p_twice": "you used |A ∩ P| twice: the numerator is |A ∩ S| + |A ∩ P| (recall is measured on the sure links)",
+    "denominator_p": "the denominator is |A| + |S| (the sure links), not |A| + |P|",
+    "accuracy": "that is 1 - AER: AER is an error rate, 0 for a perfect alignment",
+}
+
+
+def check_alignment_error_rate(fn: Callable) -> None:
+    """``fn(predicted, sure, possible=None)``: AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|), P = S when ``possible`` is
+    None; inputs are sets of ``(target, source)`` pairs, or lists (a repeated link counted once, or an error)."""
+    rng = random.Random(170)
+    cells = [(t, s) for t in range(6) for s in range(6)]
+    for trial in range(30):
+        s = set(rng.sample(cells, rng.randint(1, 6)))
+        p = s | set(rng.sample(cells, rng.randint(0, 6)))
+        a = set(rng.sample(cells, rng.randint(1, 8)))
+        what = f"aer({sorted(a)}, {sorted(s)}, {sorted(p)})"
+        got = call(fn, set(a), set(s), set(p), what=what)
+        expect(isinstance(got, (int, float)) or (isinstance(got, Tensor) and got.numel() == 1),
+               f"{what} returned {type(got).__name__}, expected a float")
+        got = float(got)
+        want = _aer(a, s, p)
+        if abs(got - want) < 1e-9:
+            continue
+        for bug in ("s_twice", "p_twice", "denominator_p", "accuracy"):
+            if abs(got - _aer(a, s, p, bug)) < 1e-9:
+                raise Mistake(f"{what} = {got:.4f}, expected {want:.4f}: {_AER_HINTS[bug]}")
+        raise Mistake(f"{what} = {got:.4f}, expected {want:.4f} = 1 - (|A∩S| + |A∩P|) / (|A| + |S|)")
+    s = {(0, 0), (1, 1), (2, 2)}
+    got = call(fn, {(0, 0), (1, 2)}, set(s), None, what="aer(A, S, possible=None)")
+    expect(abs(float(got) - _aer({(0, 0), (1, 2)}, s, s)) < 1e-9,
+           f"aer(A, S, possible=None) = {float(got):.4f}: with no possible links P is S (every sure link is possible)")
+    # a list that repeats a link
+    a_list = [(0, 0), (0, 0), (0, 0), (1, 2)]
+    try:
+        got = fn(list(a_list), sorted(s), sorted(s))
+    except (ValueError, TypeError):
+        got = None  # refusing repeats is right too
+    if got is not None:
+        got = float(got)
+        if abs(got - _aer(a_list, s, s, "list")) < 1e-9:
+            raise Mistake(f"aer({a_list}, S, S) = {got:.4f}: {_AER_HINTS['list']}")
+        expect(abs(got - _aer(set(a_list), s, s)) < 1e-9,
+               f"aer({a_list}, S, S) = {got:.4f}, expected {_aer(set(a_list), s, s):.4f} (the set of the links)")
+    passed("check_alignment_error_rate", "Och & Ney's formula on 30 random alignments, P = S by default, "
+           "a repeated link counted once (or refused)")
+
+
+# induction score ------------------------------------------------------------------------------------------------------
+def _score(a: Tensor, seg_len: int, bug: str = "") -> Tensor:
+    n = a.size(-1)
+    if bug == "diagonal":  # every query with a key seg_len - 1 back, first half included
+        return torch.diagonal(a, offset=-(seg_len - 1), dim1=-2, dim2=-1).mean(-1)
+    if bug == "first_half":
+        q = torch.arange(1, seg_len + 1)
+        return a[..., q, q + seg_len - 1].mean(-1)
+    if bug == "first_half_back":  # the first half's queries, looking back by the same offset (wrapped)
+        q = torch.arange(1, seg_len + 1)
+        return a[..., q, (q - seg_len + 1) % n].mean(-1)
+    if bug == "copy_itself":  # attends to the earlier copy of the token, not the one after it
+        q = torch.arange(seg_len + 1, 2 * seg_len + 1)
+        return a[..., q, q - seg_len].mean(-1)
+    if bug == "no_bos":
+        q = torch.arange(seg_len, 2 * seg_len)
+        return a[..., q, q - seg_len + 1].mean(-1)
+    if bug == "sum":
+        q = torch.arange(seg_len + 1, 2 * seg_len + 1)
+        return a[..., q, q - seg_len + 1].sum(-1)
+    q = torch.arange(seg_len + 1, 2 * seg_len + 1)
+    return a[..., q, q - seg_len + 1].mean(-1)
+
+
+_SCORE_HINTS = {
+    "first_half": "you measured the FIRST half (queries 1 .. seg_len): those tokens are random and have no earlier "
+                  "copy, so nothing there can be induced. Take the queries of the repeated half, positions "
+                  "seg_len + 1 .. 2 seg_len",
+    "first_half_back": "you measured the FIRST half (queries 1 .. seg_len): those tokens are random and have no "
+                       "earlier copy. Take the queries of the repeated half, positions seg_len + 1 .. 2 seg_len",
+    "diagonal": "you averaged the whole offset diagonal, so queries of the FIRST half (which have no earlier copy) "
+                "are in the mean: keep only the repeated half's queries, positions seg_len + 1 .. 2 seg_len",
+    "copy_itself": "you scored attention to the earlier copy of the token itself (t - seg_len): that is a "
+                   "duplicate-token head. An induction head attends to the token AFTER it, t - seg_len + 1",
+    "no_bos": "off by one: position 0 holds <s>, so the segment is at 1 .. seg_len and its repeat at "
+              "seg_len + 1 .. 2 seg_len",
+    "sum": "you summed over the queries: the score is a MEAN, in [0, 1]",
+}
+
+
+def check_induction_score(fn: Callable) -> None:
+    """``fn(attention, seg_len)``: attention ``(..., 1 + 2 seg_len, 1 + 2 seg_len)`` over ``<s>``, a segment, its
+    repeat -> ``(...)``: mean over the repeated half's queries ``t`` of ``attention[..., t, t - seg_len + 1]``."""
+    g = torch.Generator().manual_seed(171)
+    for shape, seg_len in (((2, 3), 4), ((4,), 6), ((1, 2), 1)):
+        n = 1 + 2 * seg_len
+        a = torch.rand(*shape, n, n, generator=g).softmax(-1)  # not causal: every bug gives another number
+        what = f"induction_score(attention {tuple(a.shape)}, seg_len={seg_len})"
+        got = call(fn, a.clone(), seg_len, what=what)
+        expect(isinstance(got, Tensor), f"{what} returned {type(got).__name__}, expected a tensor of shape {shape}")
+        want = _score(a, seg_len)
+        expect(got.shape == want.shape, f"{what} returned shape {tuple(got.shape)}, expected {tuple(want.shape)}: "
+               "one score per head (average over the query positions only)")
+        if close(got, want):
+            continue
+        for bug, hint in _SCORE_HINTS.items():
+            if seg_len > 1 and close(got, _score(a, seg_len, bug)):
+                raise Mistake(f"{what}: {hint}")
+        raise Mistake(f"{what} differs from the mean over t in seg_len + 1 .. 2 seg_len of attention[..., t, "
+                      f"t - seg_len + 1] (largest difference {(got - want).abs().max().item():.3g})")
+    passed("check_induction_score", "the repeated half's queries, one key after the earlier copy, averaged")
+
+
+# patching at a position -----------------------------------------------------------------------------------------------
+def check_patch_position(fn: Callable) -> None:
+    """``fn(corrupted, clean, head, position)`` with ``(batch, len, heads, d_k)`` head outputs: a NEW tensor equal to
+    ``corrupted`` except ``[:, position, head]``, which comes from ``clean``; the inputs are left unchanged."""
+    g = torch.Generator().manual_seed(172)
+    for head, position in ((1, 5), (0, 2), (2, 7)):
+        corrupted, clean = torch.randn(2, 8, 3, 4, generator=g), torch.randn(2, 8, 3, 4, generator=g)
+        keep_corrupted, keep_clean = corrupted.clone(), clean.clone()
+        what = f"patch(corrupted, clean, head={head}, position={position})"
+        got = call(fn, corrupted, clean, head, position, what=what)
+        expect(isinstance(got, Tensor) and got.shape == corrupted.shape,
+               f"{what} must return a tensor shaped like corrupted {tuple(corrupted.shape)}")
+        expect(torch.equal(clean, keep_clean), f"{what} changed `clean`: copy from it, never write into it")
+        if not torch.equal(corrupted, keep_corrupted):
+            raise Mistake(f"{what} wrote into `corrupted` in place: the corrupted run's activations are needed "
+                          "again for the next patch. Work on corrupted.clone()")
+        want = keep_corrupted.clone()
+        want[:, position, head] = keep_clean[:, position, head]
+        if torch.equal(got, want):
+            continue
+        changed = (got != keep_corrupted).any(-1)  # (batch, len, heads)
+        positions = sorted({int(p) for p in changed.nonzero()[:, 1].tolist()})
+        heads = sorted({int(h) for h in changed.nonzero()[:, 2].tolist()})
+        if torch.equal(got, keep_clean):
+            raise Mistake(f"{what} returned the whole clean run: patch ONE head at ONE position")
+        if len(positions) == 1 and positions[0] != position:
+            raise Mistake(f"{what} patched position {positions[0]}, not {position}: patch the head where it "
+                          f"writes its output, the QUERY position {position} whose prediction you measure, not the "
+                          "key it attends to or the position of the token it predicts")
+        if len(positions) > 1:
+            raise Mistake(f"{what} changed positions {positions}: patch only the query position {position} (a slice "
+                          "like [:, position, head], not [:, :, head] or [:, position:])")
+        if heads != [head]:
+            raise Mistake(f"{what} changed head(s) {heads}: patch only head {head} (index the heads axis, dim 2)")
+        raise Mistake(f"{what}: the patched values are not clean[:, {position}, {head}]")
+    passed("check_patch_position", "one head at one query position copied from the clean run, inputs untouched")
