@@ -246,9 +246,11 @@ def gqa(q, k, v, mask, repeat="interleave", scale=None, invert=False, use_mask=T
 
 def test_gqa_reference_passes(capsys):
     check_grouped_query_attention(gqa)
-    check_grouped_query_attention(lambda q, k, v, m: F.scaled_dot_product_attention(
-        q, k.repeat_interleave(q.size(1) // k.size(1), 1), v.repeat_interleave(q.size(1) // k.size(1), 1), attn_mask=m))
-    assert capsys.readouterr().out.count("✔ check_grouped_query_attention passed") == 2
+    assert capsys.readouterr().out.count("✔ check_grouped_query_attention passed") == 1
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF"):  # the exercise's rule: the attention written by hand
+        check_grouped_query_attention(lambda q, k, v, m: F.scaled_dot_product_attention(
+            q, k.repeat_interleave(q.size(1) // k.size(1), 1), v.repeat_interleave(q.size(1) // k.size(1), 1),
+            attn_mask=m))
 
 
 @pytest.mark.parametrize("fn,hint", [
@@ -264,4 +266,4 @@ def test_gqa_mistakes_are_named(fn, hint):
 
 def test_gqa_shape_mistake_is_reported():
     with pytest.raises(Mistake, match="shape"):
-        check_grouped_query_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q[:, : k.size(1)], k, v, attn_mask=m))
+        check_grouped_query_attention(lambda q, k, v, m: gqa(q, k, v, m)[:, : k.size(1)])

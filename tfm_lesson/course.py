@@ -7,6 +7,8 @@
     python -m tfm_lesson.course setup-cell notebooks/*.ipynb       # the current set-up cell, in .ipynb and .py
     python -m tfm_lesson.course book                               # build the Jupyter Book in book/_build/html
     python -m tfm_lesson.course colab-links                        # one "Open in Colab" link per chapter
+    python -m tfm_lesson.course grade CHAPTER SUBMISSION... --csv F # grade a class (tfm_lesson/grading.py)
+    python -m tfm_lesson.course export CHAPTER --format nbgrader --out DIR   # nbgrader / otter (tfm_lesson/export.py)
 """
 from __future__ import annotations
 
@@ -60,6 +62,8 @@ STUDENT_STUB = ("# Your turn: complete the exercise in the cell above (keep the 
                 "# then run the check below. Its message tells you what to fix.")
 # Tags a student copy adds to the checker cell after a solution, so "Run all" goes on past a failing check.
 _ADDED_TAGS_KEY = "tfm_lesson_student_added_tags"
+# Marks a cell whose stored output a student copy cleared because it shows results of the answers (_depends.py).
+_CLEARED_KEY = "tfm_lesson_student_cleared"
 # The tag of a cell in which `restore` keeps what a learner wrote in a solution stub.
 KEPT_TAG = "learner-answer"
 KEPT_HEADER = ("# Your code from the \"your turn\" cell, kept by `restore`. The reference solution is in the next cell\n"
@@ -173,10 +177,14 @@ def fold_files(paths: list[Path]) -> int:
 def student_copy(nb: Any) -> Any:
     """A copy of notebook ``nb`` with every ``solution`` cell replaced by a short "your turn" stub.
 
-    The checkers stay. The cell after a solution (its check) loses its stored output and is tagged
+    Every other cell whose stored output shows a result of the answers (the rule: :mod:`tfm_lesson._depends`)
+    loses it too, marked so that :func:`restore` brings it back. The checkers stay. The cell after a solution (its check) loses its stored output and is tagged
     ``raises-exception`` so that running the whole notebook goes on past a check that fails (it will,
     until the learner solves the exercise); the added tag is recorded so :func:`restore` can undo it.
     """
+    from ._depends import answer_dependent_cells  # outputs that show results of answers not written yet
+
+    dependent = answer_dependent_cells(nb["cells"], _is_solution)
     out = copy.deepcopy(nb)
     cells = out["cells"]
     for i, cell in enumerate(cells):
@@ -196,6 +204,10 @@ def student_copy(nb: Any) -> Any:
             if "raises-exception" not in meta.get("tags", []):
                 meta.setdefault("tags", []).append("raises-exception")
                 meta[_ADDED_TAGS_KEY] = ["raises-exception"]
+    for i in dependent:
+        if cells[i].get("outputs"):
+            _clear_outputs(cells[i])
+            cells[i].setdefault("metadata", {})[_CLEARED_KEY] = True
     return out
 
 
@@ -242,6 +254,10 @@ def restore(student: Any, original: Any) -> Any:
             raise _mismatch(i, cell, orig, "a solution cell in one notebook only")
         meta = cell.get("metadata", {})
         added = meta.pop(_ADDED_TAGS_KEY, None)
+        if meta.pop(_CLEARED_KEY, None) and not cell.get("outputs") and cell.get("source") == orig.get("source"):
+            for key in ("outputs", "execution_count"):  # the chapter's outputs, which the student copy cleared
+                if key in orig:
+                    cell[key] = copy.deepcopy(orig[key])
         is_check = i > 0 and _is_solution(ours[i - 1]) and orig.get("cell_type") == "code" and not _is_solution(orig)
         if added and not is_check:
             raise _mismatch(i, cell, orig, "a check that follows no solution in the chapter")
@@ -293,7 +309,8 @@ def _is_chapter(path: Path) -> bool:
         nb = nbformat.read(path, as_version=4)
     except Exception:  # not a notebook we can read: not a chapter
         return False
-    student_marks = any(_is_stub(c) or _ADDED_TAGS_KEY in c.get("metadata", {}) for c in nb.cells)
+    student_marks = any(_is_stub(c) or _ADDED_TAGS_KEY in c.get("metadata", {}) or _CLEARED_KEY in c.get("metadata", {})
+                        for c in nb.cells)
     return not student_marks and any(_is_solution(c) for c in nb.cells)
 
 
@@ -483,6 +500,12 @@ def main(argv: list[str] | None = None) -> int:
     bk.add_argument("--book", type=Path, default=Path("book"))
     links = sub.add_parser("colab-links", help="print an Open-in-Colab link per chapter")
     links.add_argument("--dir", type=Path, default=Path("notebooks"))
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] in ("grade", "export"):  # a class's notebooks: tfm_lesson/grading.py, tfm_lesson/export.py
+        from .grading import main as grading_main
+
+        return grading_main(argv)
     args = parser.parse_args(argv)
     for path in getattr(args, "notebooks", None) or ():  # a clear usage error, not a traceback from nbformat
         _check_notebook_argument(parser, path)

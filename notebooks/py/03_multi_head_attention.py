@@ -575,7 +575,10 @@ check_merge_heads(merge_heads)
 # `forward(query, key, value, mask=None)` returning the output `(batch, q_len, d_model)`, or
 # `(output, weights)`. The mask is boolean, `True` = may attend, broadcastable to
 # `(batch, heads, q_len, k_len)`. Use your `split_heads` and `merge_heads`, and write the attention itself
-# (scores, mask, softmax, weighted sum) rather than calling the package's. For the mask and the softmax, reuse
+# (scores, mask, softmax, weighted sum) rather than calling the package's: **the checker refuses a class that
+# derives from `tfm_lesson.MultiHeadAttention`, or whose code names `MultiHeadAttention`, `nn.MultiheadAttention`
+# or a ready-made attention such as `F.scaled_dot_product_attention`.** This exercise needs chapter 02's
+# exercise 3 done first. For the mask and the softmax, reuse
 # your safe `masked_softmax` of chapter 02's exercise 3 (each chapter is a fresh kernel: paste it at the top of
 # the exercise cell, above your class; the solution below copies it), so that a query with no
 # visible key gets all-zero weights rather than NaN: each head then outputs 0 for it, and the module returns

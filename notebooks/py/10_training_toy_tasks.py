@@ -222,7 +222,9 @@ viz.plot_bars(q, title="Smoothed target for the right token 3 (epsilon = 0.1, V 
 # `target` the same shape without `V`. Return one number: the smoothed cross-entropy averaged over the real
 # tokens (target $\ne$ `pad_id`). Never build $q$: use the second form of the formula, $(1-\epsilon)$ times the
 # usual negative log-likelihood plus $\epsilon$ times the mean of $-\log p$ over the vocabulary. The checker
-# compares with `F.cross_entropy(..., label_smoothing=, ignore_index=)` (so do not call it yourself).
+# compares with `F.cross_entropy(..., label_smoothing=, ignore_index=)`, so **it refuses an answer that passes
+# `label_smoothing=` to any call, or uses the package's `LabelSmoothingLoss`** (plain `F.cross_entropy`, without
+# `label_smoothing=`, is allowed for the negative log-likelihood).
 
 # %%
 def label_smoothing_loss(logits, target, smoothing, pad_id):

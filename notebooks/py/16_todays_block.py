@@ -928,7 +928,9 @@ check_swiglu(MySwiGLU)
 # `(batch, kv_heads, k_len, d_k)` and a boolean `mask` `(q_len, k_len)` (True = may attend), returning
 # `(batch, heads, q_len, d_k)` equal to `F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
 # enable_gqa=True)`, without a loop over heads and without `enable_gqa` (write the attention yourself, as in
-# chapter 01). The checker names: key/value heads repeated in the wrong order, a missing or inverted mask,
+# chapter 01): **the checker refuses an answer with a Python loop (`for`, `while` or a comprehension), a call with
+# `enable_gqa=`, or `F.scaled_dot_product_attention`, `GroupedQueryAttention` or `repeat_kv` of the package.**
+# The checker names: key/value heads repeated in the wrong order, a missing or inverted mask,
 # no scale or the scale of $d_{model}$, the softmax over the wrong axis.
 
 # %%

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
 from ._harness import Mistake, call, check_on_device, close, diagnose, expect, output_of, passed
+from ._rules import forbid_names, forbid_reference_base
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
 
@@ -246,12 +247,22 @@ def _suspects(ref: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, mask: Te
     return s
 
 
+def _written_yourself(cls: type[nn.Module]) -> None:
+    """Exercise 3's rule: the class derives from nn.Module, not the package's module, and calls no ready-made attention."""
+    instead = "derive from nn.Module and write the scores, mask, softmax and weighted sum"
+    forbid_reference_base(cls, "class", instead)
+    forbid_names(cls, ("MultiHeadAttention", "MultiheadAttention", "multi_head_attention_forward",
+                       "scaled_dot_product_attention", "fast_attention"), "class",
+                 f"That is a ready-made attention; the exercise asks you to {instead} yourself")
+
+
 def check_multi_head_attention(cls: type[nn.Module]) -> None:
     """``cls(d_model, heads)`` with ``w_q, w_k, w_v, w_o`` ``nn.Linear(d_model, d_model)`` layers and
     ``forward(query, key, value, mask=None)`` returning the output ``(batch, q_len, d_model)`` or
     ``(output, weights)``. The reference's weights are loaded into it; self- and cross-attention, with and
     without masks (True = may attend), in float32 and float64, must give the reference's output. That includes
     queries whose keys are all masked: their attention weights are 0, so their output is ``w_o(0)``, never NaN."""
+    _written_yourself(cls)
     gen = torch.Generator().manual_seed(5)
     # (batch, q_len, k_len, d_model, heads, kind, mask, dtype): unmasked first, so a softmax-axis or scaling bug is
     # named before masks come into play; cross-attention always has query != key (and mostly q_len != k_len).

@@ -20,6 +20,7 @@ from ..modern.gqa import repeat_kv
 from ..modern.rmsnorm import rms_norm
 from ..modern.rotary import apply_rotary, rotary_cos_sin, rotary_frequencies
 from ._harness import call, diagnose, expect, output_of, passed
+from ._rules import forbid_keyword, forbid_loops, forbid_names
 
 __all__ = ["check_rms_norm", "check_rotary", "check_swiglu", "check_grouped_query_attention"]
 
@@ -352,10 +353,21 @@ def _gqa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str, Te
     }
 
 
+def _gqa_written_yourself(fn: Callable) -> None:
+    """Exercise 4's rule: no loop over heads, no enable_gqa, no ready-made attention."""
+    how = ("repeat each key/value head (repeat_interleave on the heads axis), then one batched "
+           "scores-mask-softmax-sum over all heads at once")
+    forbid_loops(fn, "my_gqa", "The exercise asks for no loop: " + how)
+    forbid_keyword(fn, "enable_gqa", "my_gqa", "The exercise asks for the attention without it: " + how)
+    forbid_names(fn, ("scaled_dot_product_attention", "GroupedQueryAttention", "repeat_kv"), "my_gqa",
+                 "That is a ready-made part of the answer; the exercise asks you to write it: " + how)
+
+
 def check_grouped_query_attention(fn: Callable, trials: int = 3, seed: int = 0) -> None:
     """``fn(q, k, v, mask)``: q ``(batch, heads, q_len, d_k)``, k and v ``(batch, kv_heads, k_len, d_k)``, mask
     boolean ``(q_len, k_len)`` (True = may attend) -> ``(batch, heads, q_len, d_k)``, equal to
     ``F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)``."""
+    _gqa_written_yourself(fn)
     gen = random.Random(seed)
     torch.manual_seed(seed)
     shapes = [(4, 2), (6, 3), (8, 2), (4, 1)] + [(gen.choice([4, 8]), 2) for _ in range(trials)]

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._harness import Mistake, call, close, expect, passed
+from ._rules import forbid_keyword, forbid_names
 
 __all__ = ["check_shift_targets", "check_label_smoothing_loss", "check_noam_rate", "check_train_step",
            "check_greedy_decode"]
@@ -111,10 +112,19 @@ ANNOTATED = ("the Annotated Transformer's variant: 1 - eps on the right token an
              "loss = (1 - eps) * nll + eps * mean over the vocabulary of (-log p).")
 
 
+def _smoothing_written_yourself(fn: Callable[..., Tensor]) -> None:
+    """Exercise 2's rule: neither PyTorch's label smoothing nor the package's loss does the work."""
+    why = ("The checker compares with that call, so it cannot be the answer: write (1 - smoothing) times the "
+           "negative log-likelihood plus smoothing times the mean of -log p over the vocabulary")
+    forbid_keyword(fn, "label_smoothing", "label_smoothing_loss", why)
+    forbid_names(fn, ("LabelSmoothingLoss",), "label_smoothing_loss", "That is the package's reference. " + why)
+
+
 def check_label_smoothing_loss(fn: Callable[..., Tensor]) -> None:
     """``fn(logits, target, smoothing, pad_id)`` -> the mean over real tokens of the label-smoothed cross-entropy,
     equal to ``F.cross_entropy(logits.flatten(0, -2), target.flatten(), label_smoothing=smoothing,
     ignore_index=pad_id)``; logits ``(batch, len, V)`` (or ``(n, V)``), target the same shape without ``V``."""
+    _smoothing_written_yourself(fn)
     g = torch.Generator().manual_seed(101)
     cases = [((3, 6, 11), 0.1, 0), ((4, 5, 9), 0.2, 3), ((10, 7), 0.1, 0), ((2, 4, 13), 0.0, 1)]
     for shape, eps, pad_id in cases:

@@ -1,0 +1,179 @@
+"""The class grader (tfm_lesson/grading.py, `python -m tfm_lesson.course grade`): correct, buggy, empty and hostile
+submissions of chapter 03 (a tampered checker, an endless loop, a memory hog, a kernel that dies, deleted and added
+cells, files that are not notebooks) each get the score and the reason they should, and never stop the others."""
+from __future__ import annotations
+
+import copy
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tfm_lesson import grading
+from tfm_lesson.course import student_copy
+from tfm_lesson.grading import copy_chapter_answers, exercises
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
+
+pytestmark = pytest.mark.slow  # each submission runs in its own kernel: several seconds each
+
+
+def _chapter():
+    return nbformat.read(CHAPTER, as_version=4)
+
+
+def _with(nb, number: int, source: str):
+    """The student copy ``nb`` with ``source`` typed into exercise ``number``'s "your turn" cell."""
+    out = copy.deepcopy(nb)
+    ex = exercises(_chapter())[number - 1]
+    out["cells"][ex.answer_index]["source"] = source
+    return out
+
+
+def _write(nb, path: Path) -> Path:
+    nbformat.write(nbformat.from_dict(nb), path)
+    return path
+
+
+SPLIT_BUGGY = """\
+def split_heads(x, heads):
+    batch, length, d_model = x.shape
+    return x.reshape(batch, heads, length, d_model // heads)  # no transpose
+"""
+
+TAMPER = """\
+import tfm_lesson.checks, tfm_lesson.checks.heads
+check_multi_head_attention = lambda cls: print("✔ passed")              # rebinding the name
+tfm_lesson.checks.check_multi_head_attention = lambda cls: None           # patching the module
+tfm_lesson.checks.heads.check_multi_head_attention = lambda cls: None
+
+
+class MyMultiHeadAttention(T.MultiHeadAttention):  # the package's reference does the work
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One class of five submissions, graded once through the command line (two at a time)."""
+    tmp = tmp_path_factory.mktemp("class")
+    chapter = _chapter()
+    right = copy_chapter_answers(chapter)
+    blank = student_copy(chapter)
+    subs = tmp / "subs"
+    subs.mkdir()
+    _write(right, subs / "correct.ipynb")
+    _write(blank, subs / "empty.ipynb")
+    buggy = _with(right, 1, SPLIT_BUGGY)
+    buggy = _with(buggy, 3, TAMPER)
+    ex2 = exercises(chapter)[1]
+    buggy["cells"].insert(ex2.check_index + 1, nbformat.v4.new_code_cell("check_merge_heads = print  # added"))
+    buggy["cells"][ex2.check_index]["source"] = "print('check skipped')"  # a changed check cell
+    _write(buggy, subs / "buggy_and_tampered.ipynb")
+    hostile = _with(right, 1, "while True:\n    pass\n")  # an endless loop where the exercise is
+    hostile = _with(hostile, 2, "import os\nos._exit(1)\n")  # the kernel dies
+    ex3 = exercises(chapter)[2]
+    del hostile["cells"][ex3.answer_index:ex3.check_index + 1]  # exercise 3's cells deleted
+    _write(hostile, subs / "hostile.ipynb")
+    hog = _with(right, 3, "x = bytearray(64 * 2**30)\n" + chapter["cells"][ex3.solution_index]["source"])
+    _write(hog, subs / "memory_hog.ipynb")
+    (subs / "notes.ipynb").write_text("these are my notes, not a notebook")
+    (subs / "zero.ipynb").write_bytes(b"")
+    out = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "grade", str(CHAPTER), str(subs),
+                          "--csv", str(tmp / "grades.csv"), "--feedback", str(tmp / "feedback"), "--timeout", "20",
+                          "--jobs", "2"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert out.returncode == 0, out.stderr
+    with open(tmp / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    table = {(Path(r["submission"]).stem, int(r["exercise"].split()[1].rstrip(":"))): r for r in rows}
+    return table, tmp / "feedback", out.stdout
+
+
+def test_csv_has_one_row_per_submission_and_exercise(graded):
+    table, _, _ = graded
+    assert len(table) == 7 * 3
+    assert all(set(r) == {"submission", "exercise", "passed", "points", "max_points", "message"}
+               for r in table.values())
+    assert table[("correct", 3)]["exercise"] == "Exercise 3: the whole module"
+    assert table[("correct", 3)]["max_points"] == "3"  # the Importance label: 3/3
+
+
+def test_correct_scores_full_marks_and_empty_scores_zero(graded):
+    table, _, _ = graded
+    for n in (1, 2, 3):
+        assert table[("correct", n)]["passed"] == "True" and table[("correct", n)]["points"] == "3"
+        assert table[("empty", n)]["passed"] == "False" and table[("empty", n)]["points"] == "0"
+    assert "not written yet" in table[("empty", 1)]["message"]
+
+
+def test_buggy_gets_the_named_mistake_and_tampering_changes_nothing(graded):
+    table, feedback, _ = graded
+    from tfm_lesson.checks.heads import SPLIT_NO_TRANSPOSE
+
+    assert table[("buggy_and_tampered", 1)]["passed"] == "False"
+    assert SPLIT_NO_TRANSPOSE in table[("buggy_and_tampered", 1)]["message"]  # verbatim
+    assert table[("buggy_and_tampered", 2)]["passed"] == "True"  # its changed check cell is not what runs
+    three = table[("buggy_and_tampered", 3)]
+    assert three["passed"] == "False" and "WRITE IT YOURSELF" in three["message"]
+    page = (feedback / next(p.name for p in feedback.iterdir() if "buggy" in p.name)).read_text()
+    assert "added; ignored" in page and "check_merge_heads = print" in page
+    assert "changed; ignored" in page and "print('check skipped')" in page
+    assert SPLIT_NO_TRANSPOSE in page
+
+
+def test_endless_loop_dead_kernel_and_deleted_cells_cost_only_their_exercise(graded):
+    table, _, _ = graded
+    assert "ran past the 20 s limit" in table[("hostile", 1)]["message"]
+    assert "the kernel died" in table[("hostile", 2)]["message"]
+    assert "missing from the submission" in table[("hostile", 3)]["message"]
+    assert all(table[("hostile", n)]["points"] == "0" for n in (1, 2, 3))
+    # the memory hog: a MemoryError in its exercise; the exercises around it still pass
+    assert table[("memory_hog", 3)]["points"] == "0" and "MemoryError" in table[("memory_hog", 3)]["message"]
+    assert table[("memory_hog", 1)]["points"] == "3" and table[("memory_hog", 2)]["points"] == "3"
+
+
+def test_files_that_are_not_notebooks_score_zero_with_the_reason(graded):
+    table, feedback, stdout = graded
+    assert "not a notebook Jupyter can read" in table[("notes", 1)]["message"]
+    assert "the file is empty" in table[("zero", 2)]["message"]
+    assert len(list(feedback.glob("*.md"))) == 7
+    assert "7 submission(s) graded" in stdout
+
+
+def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(grading, "MAX_BYTES", 1000)
+    big = tmp_path / "big.ipynb"
+    big.write_text("x" * 2000)
+    g = grading.grade_one(_chapter(), exercises(_chapter()), big, tmp_path, 10, 0)
+    assert all(not r.passed and "over the grader's" in r.message for r in g.results)
+
+
+@pytest.mark.parametrize("args, why", [
+    (["grade", "CHAPTER_COPY", "MISSING", "--csv", "g.csv"], "no such file or folder"),
+    (["grade", "STUDENT", "STUDENT", "--csv", "g.csv"], "has no solution cells"),
+    (["grade", "CHAPTER_COPY", "--csv", "g.csv"], ""),  # no submission at all: argparse's usage
+])
+def test_usage_errors_exit_2(tmp_path, args, why):
+    (tmp_path / "ch.ipynb").write_bytes(CHAPTER.read_bytes())
+    _write(student_copy(_chapter()), tmp_path / "student.ipynb")
+    subst = {"CHAPTER_COPY": str(tmp_path / "ch.ipynb"), "STUDENT": str(tmp_path / "student.ipynb"),
+             "MISSING": str(tmp_path / "missing"), "g.csv": str(tmp_path / "g.csv")}
+    out = subprocess.run([sys.executable, "-m", "tfm_lesson.course", *[subst.get(a, a) for a in args]],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    assert why in out.stderr
+    assert not (tmp_path / "g.csv").exists()
+
+
+def test_exercises_of_the_chapters_with_rules():
+    """Chapter 03, 10 and 16: every exercise found, its checker in tfm_lesson.checks, its points its Importance."""
+    import tfm_lesson.checks as checks
+
+    for name, count in (("03_multi_head_attention", 3), ("10_training_toy_tasks", 5), ("16_todays_block", 4)):
+        exs = exercises(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4))
+        assert len(exs) == count
+        assert all(hasattr(checks, e.checker) and 1 <= e.points <= 3 for e in exs)

@@ -1,0 +1,130 @@
+"""Rules beyond outputs: a "write it yourself" exercise fails when the answer hands the work to the reference.
+
+An output check cannot tell ``class Mine(T.MultiHeadAttention): pass`` from a module written by hand. These helpers
+read the learner's code instead: the classes it derives from (its MRO) and the source of its functions and methods
+(``inspect.getsource`` and the ``ast`` of each), following the learner's own helper functions it names. They flag
+the obvious hand-offs an exercise forbids in its text; code that hides a call (``getattr`` with a built string,
+``exec``) is not followed.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from typing import Any, Iterable, Iterator
+
+from ._harness import Mistake
+
+__all__ = ["learner_code", "forbid_reference_base", "forbid_names", "forbid_keyword", "forbid_loops"]
+
+_LIBRARIES = ("tfm_lesson", "torch")
+
+
+def _is_learners(obj: Any) -> bool:
+    """Defined by the learner (a notebook cell or their own file), not by this package or PyTorch."""
+    module = getattr(obj, "__module__", None) or ""
+    return not any(module == lib or module.startswith(lib + ".") for lib in _LIBRARIES)
+
+
+def _functions(obj: Any) -> Iterator[types.FunctionType]:
+    """The learner's function itself, or the methods a learner's class defines (its own and its learner bases')."""
+    if isinstance(obj, types.FunctionType):
+        yield obj
+    elif isinstance(obj, type):
+        for klass in obj.__mro__:
+            if klass is object or not _is_learners(klass):
+                continue
+            for value in vars(klass).values():
+                value = getattr(value, "__func__", value)  # staticmethod, classmethod
+                if isinstance(value, property):
+                    value = value.fget
+                if isinstance(value, types.FunctionType):
+                    yield value
+
+
+def learner_code(obj: Any, depth: int = 3) -> list[tuple[types.FunctionType, ast.AST]]:
+    """``(function, syntax tree)`` for each function of the learner's answer ``obj`` and, ``depth`` levels deep, for
+    the learner's own functions and classes it names. Functions whose source cannot be read are left out."""
+    found: list[tuple[types.FunctionType, ast.AST]] = []
+    seen: set[int] = set()
+    todo: list[tuple[Any, int]] = [(obj, 0)]
+    while todo:
+        item, level = todo.pop()
+        for fn in _functions(item):
+            if id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+            except (OSError, TypeError, SyntaxError, IndentationError):
+                continue
+            found.append((fn, tree))
+            if level < depth:
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                        target = fn.__globals__.get(node.id)
+                        if isinstance(target, (types.FunctionType, type)) and _is_learners(target):
+                            todo.append((target, level + 1))
+    return found
+
+
+def _where(fn: types.FunctionType, node: ast.AST) -> str:
+    line = fn.__code__.co_firstlineno + getattr(node, "lineno", 1) - 1
+    return f"`{fn.__qualname__}` (line {line} of its cell)"
+
+
+def forbid_reference_base(cls: type, what: str, instead: str) -> None:
+    """``cls`` may not derive from a class of this package (the reference it is asked to rewrite)."""
+    for base in cls.__mro__[1:]:
+        module = base.__module__ or ""
+        if module == "tfm_lesson" or module.startswith("tfm_lesson."):
+            raise Mistake(f"WRITE IT YOURSELF: your {what} derives from {module}.{base.__qualname__}, the package's "
+                          f"reference, so the reference does the work. The exercise asks you to write it: {instead}")
+
+
+def forbid_names(obj: Any, names: Iterable[str], what: str, why: str) -> None:
+    """The learner's code may not name any of ``names`` (as ``F.name``, ``T.name`` or a bare ``name`` that is not the
+    learner's own), e.g. the reference function an exercise asks to rewrite."""
+    names = set(names)
+    for fn, tree in learner_code(obj):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in names:
+                used = node.attr
+            elif isinstance(node, ast.Name) and node.id in names and not _is_learners_name(fn, node.id):
+                used = node.id
+            else:
+                continue
+            raise Mistake(f"WRITE IT YOURSELF: your {what} uses `{used}` in {_where(fn, node)}. {why}")
+
+
+def _is_learners_name(fn: types.FunctionType, name: str) -> bool:
+    target = fn.__globals__.get(name)
+    return target is not None and _is_learners(target)
+
+
+def forbid_keyword(obj: Any, keyword: str, what: str, why: str, functions: Iterable[str] | None = None) -> None:
+    """No call in the learner's code may pass ``keyword=`` (only calls to ``functions``, by their last name, when
+    given), e.g. ``F.cross_entropy(..., label_smoothing=...)``."""
+    only = set(functions) if functions is not None else None
+    for fn, tree in learner_code(obj):
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not any(k.arg == keyword for k in node.keywords):
+                continue
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if only is None or callee in only:
+                raise Mistake(f"WRITE IT YOURSELF: your {what} calls `{callee}(..., {keyword}=...)` in "
+                              f"{_where(fn, node)}. {why}")
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def forbid_loops(obj: Any, what: str, why: str) -> None:
+    """The learner's code may hold no Python loop (``for``, ``while``, a comprehension or generator expression)."""
+    for fn, tree in learner_code(obj):
+        for node in ast.walk(tree):
+            if isinstance(node, _LOOPS):
+                kind = {ast.For: "a `for` loop", ast.AsyncFor: "a `for` loop", ast.While: "a `while` loop"}.get(
+                    type(node), "a comprehension (a loop in one line)")
+                raise Mistake(f"NO LOOP: your {what} has {kind} in {_where(fn, node)}. {why}")
