@@ -24,8 +24,54 @@ from tfm_lesson import course
 
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow
 CHAPTER = ROOT / "notebooks" / "00_welcome.ipynb"
+COLAB_VERSIONS = ROOT / "tools" / "colab_versions.txt"
+
+
+def colab_versions() -> dict[str, str]:
+    """``{"ipywidgets": "7.7.1", "python": "3.13", ...}`` from tools/colab_versions.txt (names normalised)."""
+    pins = {}
+    for line in COLAB_VERSIONS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def _project() -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_no_floor_of_the_package_excludes_what_colab_ships():
+    """The set-up cell installs the package with its dependencies: a floor above Colab's version upgrades a package
+    that Colab's kernel has already imported (ipywidgets), and the learner is asked to restart before starting."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    pins = colab_versions()
+    assert {"python", "torch", "numpy", "matplotlib", "ipywidgets"} <= set(pins), sorted(pins)
+    project = _project()
+    assert SpecifierSet(project["requires-python"]).contains(pins["python"] + ".0"), project["requires-python"]
+    checked = []
+    for line in project["dependencies"]:
+        req = Requirement(line)
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        if name in pins:
+            assert req.specifier.contains(pins[name], prereleases=True), (
+                f"pyproject.toml asks for {line!r}; Colab ships {name}=={pins[name]} (tools/colab_versions.txt)")
+            checked.append(name)
+    assert "ipywidgets" in checked and "torch" in checked, checked
+
+
+def test_the_setup_cell_never_upgrades():
+    cell = course.SETUP_CELL
+    assert "--upgrade" not in cell and " -U" not in cell and "--force-reinstall" not in cell
+    assert '"install"' in cell and "TFM_LESSON_SOURCE" in cell
 
 
 def _requires(name: str, seen: set[str]) -> None:
@@ -68,6 +114,7 @@ def _pip_reaches_an_index(python: Path) -> str | None:
     return None if done.returncode == 0 else done.stderr[-500:]
 
 
+@pytest.mark.slow
 def test_a_chapter_runs_in_a_fresh_torch_only_environment(tmp_path):
     venv = tmp_path / "venv"
     base = getattr(sys, "_base_executable", sys.executable)

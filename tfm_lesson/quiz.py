@@ -188,7 +188,9 @@ class Quiz:
         return reply
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
-        data = self.widget._repr_mimebundle_(**kwargs) or {}
+        from ._widget_display import widget_bundle
+
+        data = widget_bundle(self.widget, **kwargs)  # ipywidgets 7 widgets have no _repr_mimebundle_
         data["text/plain"] = to_text(self.questions)
         data["text/html"] = to_html(self.questions, self.title)
         return data
