@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 10 · Training on toy tasks: the loop you write
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/10_training_toy_tasks.ipynb)
+#
 # Chapters 01–09 built the Transformer and proved every part equal to PyTorch's. It knows nothing yet: its
 # weights are random. In this chapter **you write the training loop** — the part that turns a random model
 # into a working one — piece by piece, each piece checked. Then your loop teaches the model a first skill,
@@ -41,7 +43,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import copy

@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 15 · Fast generation: the KV cache
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/15_fast_generation.ipynb)
+#
 # A language model writes one token at a time. The decoding of chapters 10–13 ran the model over the **whole**
 # sequence again for every new token (chapter 14's `generate` used a cache without explaining it): the prompt and every token generated before. This chapter shows that almost all of that
 # work is a repetition, keeps the part that can be kept — the **keys and values** of the earlier
@@ -38,7 +40,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import math
