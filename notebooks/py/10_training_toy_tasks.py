@@ -425,7 +425,11 @@ def train_loop(model, data, steps, batch_size, warmup, peak_lr, smoothing=0.1, c
 # ### Check it: the same curve as `tfm_lesson.training.train`
 #
 # The package's `train` does the same things in the same order (plus mixed precision on a GPU, several
-# processes, evaluation and a progress bar). Two copies of one freshly initialised model, 20 steps each, same
+# processes, evaluation and a progress bar). Mixed precision means the forward pass runs in 16-bit floats:
+# `bfloat16` on GPUs that compute it natively (compute capability 8.0 or more), `float16` on older ones such as
+# Colab's T4, where a gradient scaler (`torch.amp.GradScaler`) multiplies the loss before the backward pass so
+# that small gradients do not round to zero in `float16`; `tfm_lesson.training.amp_dtype(device)` says which,
+# and `train(..., amp=False)` keeps everything in `float32`. On the CPU nothing changes. Two copies of one freshly initialised model, 20 steps each, same
 # seed (hence the same batches): the two loss curves must agree to $10^{-6}$.
 
 # %%
