@@ -31,9 +31,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
                                  "Colab-like environment (tools/colab_env.py) and sets it")]
 
 CHAPTER = ROOT / "notebooks" / "01_attention.ipynb"
-ERRORS = """() => [...document.querySelectorAll('.output_area')].filter(e =>
-    e.querySelector('.output_error') || /Traceback \\(most recent call last\\)|Error displaying widget|Failed to
-    display Jupyter Widget|Error rendering/.test(e.textContent)).map(e => e.textContent.slice(0, 500))"""
+ERRORS = """() => [...document.querySelectorAll('.output_area')].filter(e => e.querySelector('.output_error')
+    || /Traceback \\(most recent call last\\)|Error displaying widget|Failed to display Jupyter Widget|Error rendering/
+        .test(e.textContent)).map(e => e.textContent.slice(0, 500))"""
+OUTPUTS = "() => [...document.querySelectorAll('.output_area')].map(e => e.innerHTML.slice(0, 800))"
 ALL_DONE = """() => { const prompts = [...document.querySelectorAll('.code_cell .input_prompt')];
     return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))
         && Jupyter.notebook.kernel && Jupyter.notebook.kernel_busy === false; }"""
@@ -90,6 +91,11 @@ def _run_all(page, url: str, token: str, name: str, timeout_s: float = 400) -> N
     page.goto(f"{url}notebooks/{name}?token={token}")
     page.wait_for_function("() => window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel "
                            "&& Jupyter.notebook.kernel.is_connected()", timeout=120_000)
+    # widgetsnbextension loads after the page and then asks the kernel for its widgets: views of widgets made in
+    # the first seconds stay hidden (seen here: at once, hidden; 15 s after the page loaded, shown). A learner
+    # reads before running; the test waits as they would.
+    page.wait_for_function("() => !!Jupyter.notebook.kernel.comm_manager.targets['jupyter.widget']", timeout=60_000)
+    page.wait_for_timeout(15_000)
     page.evaluate("() => Jupyter.notebook.execute_all_cells()")
     page.wait_for_timeout(2000)
     page.wait_for_function(ALL_DONE, timeout=timeout_s * 1000)
@@ -155,22 +161,38 @@ def test_classic_notebook_runs_a_chapter_with_live_widgets_on_ipywidgets_7(tmp_p
         # the quiz: choose an answer, press Check, read the feedback
         quiz = page.locator(".tfm-quiz").first
         quiz.scroll_into_view_if_needed()
+        left = quiz.bounding_box()["x"]
+        for radio in quiz.locator(".tfm-quiz-choice input[type=radio]").all():  # long options wrap, buttons stay
+            radio.scroll_into_view_if_needed()
+            assert radio.is_visible() and radio.bounding_box()["x"] >= left, "a radio button is pushed out of view"
         question = quiz.locator(".tfm-quiz-question").first
         feedback = question.locator(".tfm-quiz-feedback")
         assert feedback.text_content().strip() == ""
         question.locator(".tfm-quiz-choice input[type=radio]").first.check()
         question.locator("button.tfm-quiz-check").click()
-        page.wait_for_function("el => el.textContent.trim().length > 0", arg=feedback.element_handle(),
-                               timeout=30_000)
+        try:
+            page.wait_for_function("el => el.textContent.trim().length > 0", arg=feedback.element_handle(),
+                                   timeout=30_000)
+        finally:
+            screenshot(page, "notebook6-quiz-answered", quiz)
         assert feedback.locator(".tfm-quiz-right, .tfm-quiz-wrong").count() == 1
-        screenshot(page, "notebook6-quiz-answered", quiz)
         assert not page.evaluate(ERRORS)
-        page.evaluate("() => Jupyter.notebook.kernel.kill()")
+        page.evaluate("() => { Jupyter.notebook.set_dirty(false); Jupyter.notebook.kernel.kill(); }")
 
-        # chapter 14's sampling widget, on a tiny model: change the temperature
-        _run_all(page, url, token, "sampling.ipynb", timeout_s=300)
+        # chapter 14's sampling widget, on a tiny model: change the temperature (a second tab)
+        page = page.context.new_page()
+        page.console_errors = []
+        try:
+            _run_all(page, url, token, "sampling.ipynb", timeout_s=300)
+        finally:
+            screenshot(page, "notebook6-sampling-after-run-all")
         assert not page.evaluate(ERRORS), page.evaluate(ERRORS)
         widget = page.locator(".tfm-sampling-widget").first
+        try:
+            widget.wait_for(timeout=60_000)
+        except Exception:
+            raise AssertionError(f"no sampling widget on the page; JavaScript errors: {page.console_errors}; "
+                                 f"outputs: {page.evaluate(OUTPUTS)}") from None
         image = widget.locator("img.tfm-explorer-figure")
         page.wait_for_function("el => !!el.getAttribute('src')", arg=image.element_handle(), timeout=60_000)
         before_src = image.get_attribute("src")

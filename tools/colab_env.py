@@ -16,6 +16,7 @@ each chapter's set-up cell and the chapter in it (TFM_COLAB_PYTHON=ENV_DIR/bin/p
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import time
@@ -80,7 +81,12 @@ def share_torch(env: Path, torch_python: str) -> str:
     where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     site = subprocess.run([str(env / "bin" / "python"), "-c", where], capture_output=True, text=True,
                           check=True).stdout.strip()
-    (Path(site) / "shared_torch.pth").write_text(f"{shared}\n")
+    (Path(site) / "_shared_torch.pth").write_text(f"{shared}\n")  # "_": before distutils-precedence.pth
+    # setuptools comes with torch on Python 3.12+ (as it comes with Colab's Python): its `distutils` stand-in, which
+    # notebook 6 imports, is switched on by a .pth file, and .pth files work only in site-packages itself
+    hack = (shared / "setuptools").resolve().parent / "distutils-precedence.pth"
+    if hack.exists():
+        shutil.copy(hack, Path(site) / hack.name)
     return subprocess.run([str(env / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
                           capture_output=True, text=True, check=True).stdout.strip()
 
