@@ -36,8 +36,8 @@ ERRORS = """() => [...document.querySelectorAll('.output_area')].filter(e => e.q
         .test(e.textContent)).map(e => e.textContent.slice(0, 500))"""
 OUTPUTS = "() => [...document.querySelectorAll('.output_area')].map(e => e.innerHTML.slice(0, 800))"
 ALL_DONE = """() => { const prompts = [...document.querySelectorAll('.code_cell .input_prompt')];
-    return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))
-        && Jupyter.notebook.kernel && Jupyter.notebook.kernel_busy === false; }"""
+    return prompts.length > 0 && Jupyter.notebook.kernel && Jupyter.notebook.kernel_busy === false
+        && (prompts.every(p => /\\[\\d+\\]/.test(p.textContent)) || !!document.querySelector('.output_error')); }"""
 SAMPLING = """\
 import torch
 from tfm_lesson import widgets
@@ -130,6 +130,10 @@ def test_classic_notebook_runs_a_chapter_with_live_widgets_on_ipywidgets_7(tmp_p
                                "print(ipywidgets.__version__, notebook.__version__, w.__version__)"],
                               capture_output=True, text=True, check=True).stdout.split()
     assert versions[0].startswith("7.") and versions[1].startswith("6."), versions
+    deps = subprocess.run([COLAB_PYTHON, "-c", "import num2words, sacrebleu, pyrealb, tqdm"], capture_output=True,
+                          text=True)
+    assert deps.returncode == 0, ("the Colab-like environment lacks the package's dependencies: run "
+                                  f"tests/test_colab.py first (its set-up cells install them): {deps.stderr[-300:]}")
     nb = nbformat.read(CHAPTER, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
