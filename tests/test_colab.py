@@ -230,7 +230,10 @@ def test_a_chapter_in_the_colab_like_environment(colab_env, path):
     subprocess.run([COLAB_PYTHON, "-m", "pip", "uninstall", "-q", "-y", "tfm-lesson"], capture_output=True,
                    timeout=300)  # each chapter opens on a fresh runtime
     before = _freeze(COLAB_PYTHON)
-    assert "tfm-lesson" not in before
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    left = subprocess.run([COLAB_PYTHON, "-c", "import importlib.util as u; print(u.find_spec('tfm_lesson'))"],
+                          capture_output=True, text=True, timeout=120, env=clean, cwd=colab_env["workdir"]).stdout
+    assert "tfm-lesson" not in before and left.strip() == "None", f"tfm_lesson is still importable there: {left}"
     nb = nbformat.read(path, as_version=4)
     first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     assert nb.cells[first].source == course.SETUP_CELL, f"{path.name}: not the current set-up cell"
