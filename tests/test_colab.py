@@ -24,8 +24,54 @@ from tfm_lesson import course
 
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow
 CHAPTER = ROOT / "notebooks" / "00_welcome.ipynb"
+COLAB_VERSIONS = ROOT / "tools" / "colab_versions.txt"
+
+
+def colab_versions() -> dict[str, str]:
+    """``{"ipywidgets": "7.7.1", "python": "3.13", ...}`` from tools/colab_versions.txt (names normalised)."""
+    pins = {}
+    for line in COLAB_VERSIONS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def _project() -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_no_floor_of_the_package_excludes_what_colab_ships():
+    """The set-up cell installs the package with its dependencies: a floor above Colab's version upgrades a package
+    that Colab's kernel has already imported (ipywidgets), and the learner is asked to restart before starting."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    pins = colab_versions()
+    assert {"python", "torch", "numpy", "matplotlib", "ipywidgets"} <= set(pins), sorted(pins)
+    project = _project()
+    assert SpecifierSet(project["requires-python"]).contains(pins["python"] + ".0"), project["requires-python"]
+    checked = []
+    for line in project["dependencies"]:
+        req = Requirement(line)
+        name = re.sub(r"[-_.]+", "-", req.name).lower()
+        if name in pins:
+            assert req.specifier.contains(pins[name], prereleases=True), (
+                f"pyproject.toml asks for {line!r}; Colab ships {name}=={pins[name]} (tools/colab_versions.txt)")
+            checked.append(name)
+    assert "ipywidgets" in checked and "torch" in checked, checked
+
+
+def test_the_setup_cell_never_upgrades():
+    cell = course.SETUP_CELL
+    assert "--upgrade" not in cell and " -U" not in cell and "--force-reinstall" not in cell
+    assert '"install"' in cell and "TFM_LESSON_SOURCE" in cell
 
 
 def _requires(name: str, seen: set[str]) -> None:
@@ -68,6 +114,7 @@ def _pip_reaches_an_index(python: Path) -> str | None:
     return None if done.returncode == 0 else done.stderr[-500:]
 
 
+@pytest.mark.slow
 def test_a_chapter_runs_in_a_fresh_torch_only_environment(tmp_path):
     venv = tmp_path / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
@@ -78,7 +125,8 @@ def test_a_chapter_runs_in_a_fresh_torch_only_environment(tmp_path):
     brought = _torch_only(tmp_path / "torch_only")
     (site / "colab_torch.pth").write_text(str(tmp_path / "torch_only") + "\n")
     probe = subprocess.run([str(python), "-c", "import importlib.util as u, torch; "
-                            "print(torch.__version__, u.find_spec('tfm_lesson') is None, u.find_spec('numpy') is None)"],
+                            "print(torch.__version__, u.find_spec('tfm_lesson') is None, "
+                            "u.find_spec('numpy') is None)"],
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)  # not this checkout's folder
     assert probe.returncode == 0 and probe.stdout.split()[1:] == ["True", "True"], (probe.stdout, probe.stderr, brought)
     why = _pip_reaches_an_index(python)
@@ -128,3 +176,95 @@ def test_a_chapter_runs_in_a_fresh_torch_only_environment(tmp_path):
     assert f"PYTHON {python}" in last, last
     assert f"FROM {site}" in last, f"tfm_lesson was not installed into the fresh environment: {last}"
     assert not (ROOT / "build").exists() or (ROOT / "build").stat().st_mtime < tmp_path.stat().st_mtime
+
+
+# ---- the Colab-like environment: Colab's versions (tools/colab_versions.txt), built by tools/colab_env.py -------------
+COLAB_PYTHON = os.environ.get("TFM_COLAB_PYTHON", "")
+ALL_CHAPTERS = course.chapters(ROOT / "notebooks")
+
+
+def _freeze(python: str) -> dict[str, str]:
+    """``{normalised name: version}`` of what ``python``'s environment holds (pip's view)."""
+    done = subprocess.run([python, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+                          capture_output=True, text=True, check=True, timeout=300)
+    return {re.sub(r"[-_.]+", "-", p["name"]).lower(): p["version"] for p in json.loads(done.stdout)}
+
+
+@pytest.fixture(scope="module")
+def colab_env(tmp_path_factory):
+    """The Colab-like environment of TFM_COLAB_PYTHON (made by .ci/run), a kernel in it, and a wheel of this
+    checkout for the set-up cells to install (what `pip install tfm-lesson @ git+…` builds on Colab)."""
+    if not COLAB_PYTHON:
+        pytest.skip("TFM_COLAB_PYTHON is not set: .ci/run builds the Colab-like environment (tools/colab_env.py) "
+                    "and sets it")
+    base = tmp_path_factory.mktemp("colab")
+    held = _freeze(COLAB_PYTHON)
+    pins = colab_versions()
+    wrong = {n: (v, held.get(n)) for n, v in pins.items() if n not in ("python", "torch") and held.get(n) != v}
+    assert not wrong, f"the Colab-like environment does not hold Colab's versions: {wrong}"
+    source = base / "checkout"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "tfm_lesson", source / "tfm_lesson", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([COLAB_PYTHON, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(base / "dist"), str(source)],
+                   check=True, timeout=600, capture_output=True)
+    wheel = next((base / "dist").glob("tfm_lesson-*.whl"))
+    kernels = base / "share" / "jupyter" / "kernels" / "colab"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(json.dumps({
+        "argv": [COLAB_PYTHON, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Colab-like Python", "language": "python"}))
+    workdir = base / "notebooks"  # chapters run beside copies of one another, as in notebooks/
+    shutil.copytree(ROOT / "notebooks", workdir, ignore=shutil.ignore_patterns("*.ipynb", "py", ".ipynb_checkpoints"))
+    return {"wheel": wheel, "jupyter": base / "share" / "jupyter", "workdir": workdir}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ALL_CHAPTERS, ids=lambda p: p.stem[:2])
+def test_a_chapter_in_the_colab_like_environment(colab_env, path):
+    """The set-up cell on Colab's versions: it installs tfm_lesson and changes no package that was there (so Colab
+    asks for no restart), ipywidgets stays the 7.7.1 the kernel imported at start, and the chapter runs to the end."""
+    from nbclient import NotebookClient
+
+    subprocess.run([COLAB_PYTHON, "-m", "pip", "uninstall", "-q", "-y", "tfm-lesson"], capture_output=True,
+                   timeout=300)  # each chapter opens on a fresh runtime
+    before = _freeze(COLAB_PYTHON)
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    left = subprocess.run([COLAB_PYTHON, "-c", "import importlib.util as u; print(u.find_spec('tfm_lesson'))"],
+                          capture_output=True, text=True, timeout=120, env=clean, cwd=colab_env["workdir"]).stdout
+    assert "tfm-lesson" not in before and left.strip() == "None", f"tfm_lesson is still importable there: {left}"
+    nb = nbformat.read(path, as_version=4)
+    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    assert nb.cells[first].source == course.SETUP_CELL, f"{path.name}: not the current set-up cell"
+    # Colab's kernel imports ipywidgets as it starts, before the learner's first cell
+    nb.cells.insert(first, nbformat.v4.new_code_cell("import ipywidgets\nprint('AT START', ipywidgets.__version__)"))
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import importlib.metadata as m, ipywidgets, tfm_lesson\n"
+        "print('AT END', ipywidgets.__version__, m.version('ipywidgets'), tfm_lesson.__file__)"))
+    env = {"JUPYTER_PATH": str(colab_env["jupyter"]), "TFM_LESSON_SOURCE": str(colab_env["wheel"]),
+           "TFM_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+    old = {k: os.environ.get(k) for k in (*env, "PYTHONPATH")}
+    os.environ.update(env)
+    os.environ.pop("PYTHONPATH", None)  # the kernel must not see this checkout: only what the set-up cell installs
+    try:
+        NotebookClient(nb, timeout=900, kernel_name="colab", allow_errors=True,
+                       resources={"metadata": {"path": str(colab_env["workdir"])}}).execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    after = _freeze(COLAB_PYTHON)
+    changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
+    assert not changed, f"{path.name}: the set-up cell changed packages Colab has: {changed}"
+    assert "tfm-lesson" in after
+    errors = [(c.source[:60], o.get("ename"), o.get("evalue")) for c in nb.cells if c.cell_type == "code"
+              for o in c.outputs if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])]
+    assert not errors, f"{path.name}: {errors}"
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "restart" not in text.lower(), f"{path.name}: something asks for a restart"
+    pinned = colab_versions()["ipywidgets"]
+    assert f"AT START {pinned}" in text and f"AT END {pinned} {pinned} " in text, text[-500:]
+    assert str(Path(COLAB_PYTHON).parent.parent) in text.split("AT END", 1)[1], "tfm_lesson came from elsewhere"

@@ -9,6 +9,8 @@
     python -m tfm_lesson.course colab-links                        # one "Open in Colab" link per chapter
     python -m tfm_lesson.course grade CHAPTER SUBMISSION... --csv F # grade a class (tfm_lesson/grading.py)
     python -m tfm_lesson.course export CHAPTER --format nbgrader --out DIR   # nbgrader / otter (tfm_lesson/export.py)
+    python -m tfm_lesson.course badges                             # set-up cells, badges, README, book follow
+                                                                   # REPOSITORY and REF (below)
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import argparse
 import copy
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,34 +28,70 @@ from typing import Any
 
 from ._io import atomic_open
 
-# The one setting every Colab link, the book's launch buttons and the set-up cell are built from.
+# The one setting for where the course lives: the set-up cell's install, every Colab link and chapter badge,
+# README's badges and the book's launch buttons (book/_config.yml) are all made from it by
+# `python -m tfm_lesson.course badges` (tests/test_course_links.py checks that all four follow it).
+# REF is a release tag, not a branch: a class's copies made from a release install that release for as long as
+# the class runs, whatever the default branch holds later. (The commit a chapter is stored from cannot be written
+# into that same commit.) Publishing: push the tag `v<version of pyproject.toml>` before sharing the links.
 REPOSITORY = "tfm-lesson/tfm_lesson"
-BRANCH = "main"
+REF = "v0.1.0"
+BRANCH = REF  # the name of this setting before REF; kept for older callers
 
-# The package the set-up cell installs; ``TFM_LESSON_SOURCE`` (any pip requirement: a path to a checkout,
-# a wheel, ``tfm-lesson @ git+…@tag``) replaces it, e.g. to try a chapter against a local checkout.
-INSTALL_SOURCE = f"tfm-lesson @ git+https://github.com/{REPOSITORY}@{BRANCH}"
+COLAB_BADGE_SVG = "https://colab.research.google.com/assets/colab-badge.svg"
+_REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")
+_REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 
-SETUP_CELL = f"""\
+
+def check_location(repository: str, ref: str) -> None:
+    """Refuse (:class:`CourseError`) a repository not ``OWNER/NAME``, or a ref with characters a URL breaks on."""
+    if not _REPO_NAME.match(repository or ""):
+        raise CourseError(f"--repository must be OWNER/NAME as on GitHub (e.g. tfm-lesson/tfm_lesson), "
+                          f"got {repository!r}")
+    if not _REF_NAME.match(ref or "") or ".." in ref:
+        raise CourseError(f"--ref must be a tag, branch or commit (letters, digits, . _ / -), got {ref!r}")
+
+
+def install_source(repository: str = REPOSITORY, ref: str = REF) -> str:
+    """The pip requirement the set-up cell installs: the package at ``ref`` of ``repository`` on GitHub."""
+    return f"tfm-lesson @ git+https://github.com/{repository}@{ref}"
+
+
+# ``TFM_LESSON_SOURCE`` (any pip requirement: a path to a checkout, a wheel, ``tfm-lesson @ git+…@tag``) replaces
+# INSTALL_SOURCE, e.g. to try a chapter against a local checkout. No --upgrade: what the runtime has stays.
+INSTALL_SOURCE = install_source()
+
+_SETUP_TEMPLATE = """\
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "{INSTALL_SOURCE}")])"""
+                           os.environ.get("TFM_LESSON_SOURCE", "{source}")])"""
 
-# The set-up cell before TFM_LESSON_SOURCE existed; still recognised (book pages, tests) until every chapter
-# carries SETUP_CELL.
-LEGACY_SETUP_CELLS = (f"""\
+
+def setup_cell(repository: str = REPOSITORY, ref: str = REF) -> str:
+    """The set-up cell every chapter starts with, installing from ``repository`` at ``ref``."""
+    return _SETUP_TEMPLATE.format(source=install_source(repository, ref))
+
+
+SETUP_CELL = setup_cell()
+
+# The set-up cell before TFM_LESSON_SOURCE existed; still recognised (book pages, tests, `setup-cell`).
+_LEGACY_TEMPLATES = ("""\
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
 import importlib.util, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "{INSTALL_SOURCE}"])""",)
+                           "{source}"])""",)
+LEGACY_SETUP_CELLS = tuple(t.format(source=INSTALL_SOURCE) for t in _LEGACY_TEMPLATES)
+
+_ANY_SOURCE = re.compile(r"tfm-lesson @ git\+https://github\.com/[^\s\"@]+@[^\s\"]+")
 
 
 def is_setup_cell(source: str) -> bool:
-    """Whether ``source`` is the set-up cell (current or an earlier wording)."""
-    return source.strip() in {c.strip() for c in (SETUP_CELL, *LEGACY_SETUP_CELLS)}
+    """Whether ``source`` is the set-up cell: this or an earlier wording, made from any repository and ref."""
+    found = _ANY_SOURCE.sub("{source}", source.strip())
+    return found in {t.strip() for t in (_SETUP_TEMPLATE, *_LEGACY_TEMPLATES)}
 
 
 SOLUTION_TAG = "solution"
@@ -89,9 +128,51 @@ def write_notebook(nb: Any, path: str | Path) -> None:
         f.write(text)
 
 
-def colab_url(notebook: str | Path) -> str:
+def colab_url(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF) -> str:
     """The "Open in Colab" address of a chapter, e.g. ``notebooks/01_attention.ipynb``."""
-    return f"https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/notebooks/{Path(notebook).name}"
+    return f"https://colab.research.google.com/github/{repository}/blob/{ref}/notebooks/{Path(notebook).name}"
+
+
+def colab_badge(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF) -> str:
+    """The "Open in Colab" badge of a chapter, as Markdown (an image that links to :func:`colab_url`)."""
+    return f"[![Open In Colab]({COLAB_BADGE_SVG})]({colab_url(notebook, repository, ref)})"
+
+
+_ANY_BADGE = re.compile(r"\[!\[Open In Colab\]\(" + re.escape(COLAB_BADGE_SVG) + r"\)\]\([^)\s]*\)")
+_TITLE = re.compile(r"^# \d\d · ")
+
+
+def set_badge(nb: Any, name: str, repository: str = REPOSITORY, ref: str = REF) -> bool:
+    """Put the chapter's badge on the line under its ``# NN · Title`` heading (replacing any other badge);
+    True when the notebook changed. A notebook without such a heading is left alone."""
+    badge = colab_badge(name, repository, ref)
+    for cell in nb["cells"]:
+        if cell.get("cell_type") != "markdown":
+            continue
+        lines = cell["source"].split("\n")
+        title = next((i for i, ln in enumerate(lines) if _TITLE.match(ln)), None)
+        if title is None:
+            continue
+        rest = lines[title + 1:]
+        while rest and (not rest[0].strip() or _ANY_BADGE.fullmatch(rest[0].strip())):
+            rest.pop(0)  # blank lines and earlier badges under the title
+        new = "\n".join([*lines[:title + 1], "", badge, *([""] + rest if rest else [])])
+        if new == cell["source"]:
+            return False
+        cell["source"] = new
+        return True
+    return False
+
+
+def retarget(nb: Any, name: str, repository: str = REPOSITORY, ref: str = REF) -> bool:
+    """Point a chapter's set-up cell and badge at ``repository`` and ``ref``; True when something changed."""
+    check_location(repository, ref)
+    changed = set_badge(nb, name, repository, ref)
+    first = next((c for c in nb["cells"] if c.get("cell_type") == "code"), None)
+    if first is not None and is_setup_cell(first["source"]) and first["source"] != setup_cell(repository, ref):
+        first["source"] = setup_cell(repository, ref)
+        changed = True
+    return changed
 
 
 def chapters(directory: str | Path = "notebooks") -> list[Path]:
@@ -314,8 +395,12 @@ def _is_chapter(path: Path) -> bool:
     return not student_marks and any(_is_solution(c) for c in nb.cells)
 
 
-def write_student_copies(paths: list[Path], out_dir: Path, force: bool = False) -> list[Path]:
+def write_student_copies(paths: list[Path], out_dir: Path, force: bool = False, repository: str | None = None,
+                         ref: str | None = None) -> list[Path]:
     """Write a student copy of each chapter into ``out_dir`` (same file names); return their paths.
+
+    ``repository`` / ``ref`` (e.g. an instructor's fork and tag): the copies' badges and set-up cells point there
+    instead of at :data:`REPOSITORY` / :data:`REF`.
 
     Refuses (:class:`CourseError`, nothing written) when a copy would land on a chapter (the same folder or
     file, through a symlink, or by a name differing only in case), on any notebook that holds solutions, or,
@@ -335,6 +420,8 @@ def write_student_copies(paths: list[Path], out_dir: Path, force: bool = False) 
             raise CourseError(f"{target} is the chapter {clash} itself (the same file): refusing to overwrite it.")
         nb = nbformat.read(path, as_version=4)
         fresh = student_copy(nb)
+        if repository is not None or ref is not None:
+            retarget(fresh, path.name, repository or REPOSITORY, ref or REF)
         if target.exists():
             if _is_chapter(target):
                 raise CourseError(f"{target} holds solutions (it is a chapter, not a student copy): "
@@ -386,26 +473,122 @@ def paired_script(path: str | Path) -> Path:
     return path.parent / SCRIPTS / path.with_suffix(".py").name
 
 
-def update_setup_cell(path: Path) -> bool:
-    """Replace an earlier wording of the set-up cell with :data:`SETUP_CELL` in chapter ``path`` and in its
-    paired ``.py`` (same text, so the pair stays in sync); True when something changed. Idempotent."""
+def _sync_script(path: Path, old: Any, new: Any) -> None:
+    """Carry the changed cells of chapter ``path`` (``old`` -> ``new``, same cells) into its paired ``.py``."""
+    script = paired_script(path)
+    if not script.exists():
+        return
+    text = script.read_text()
+    for before, after in zip(old["cells"], new["cells"]):
+        if before["source"] == after["source"]:
+            continue
+        if before["cell_type"] == "markdown":  # py:percent writes markdown as comments
+            def comment(src: str) -> str:
+                return "\n".join(("# " + ln) if ln else "#" for ln in src.split("\n"))
+            was, now = comment(before["source"].strip()), comment(after["source"].strip())
+        else:
+            was, now = before["source"].strip(), after["source"].strip()
+        if text.count(was) != 1:
+            raise CourseError(f"{script}: a cell is not there as in {path}: run `jupytext --sync {path}` first")
+        text = text.replace(was, now)
+    with atomic_open(script, "w") as f:
+        f.write(text)
+
+
+def update_chapter(path: Path, repository: str = REPOSITORY, ref: str = REF) -> bool:
+    """Bring chapter ``path``'s set-up cell and badge to ``repository`` at ``ref``, in the .ipynb and in its paired
+    ``.py`` (same text, so the pair stays in sync; outputs stay); True when something changed. Idempotent."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    old = copy.deepcopy(nb)
+    if not retarget(nb, path.name, repository, ref):
+        return False
+    _sync_script(path, old, nb)
+    write_notebook(nb, path)
+    return True
+
+
+def update_setup_cell(path: Path, repository: str = REPOSITORY, ref: str = REF) -> bool:
+    """Replace a set-up cell of another wording, repository or ref with :func:`setup_cell` in chapter ``path``
+    and in its paired ``.py``; True when something changed. Idempotent."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     first = next((c for c in nb.cells if c.cell_type == "code"), None)
-    if first is None or first.source.strip() == SETUP_CELL.strip() or not is_setup_cell(first.source):
+    current = setup_cell(repository, ref)
+    if first is None or first.source.strip() == current.strip() or not is_setup_cell(first.source):
         return False
-    old = first.source.strip()
-    script = paired_script(path)
-    if script.exists():
-        text = script.read_text()
-        if text.count(old) != 1:
-            raise CourseError(f"{script}: the set-up cell is not there as in {path}: sync the pair first")
-        with atomic_open(script, "w") as f:
-            f.write(text.replace(old, SETUP_CELL.strip()))
-    first.source = SETUP_CELL
+    old = copy.deepcopy(nb)
+    first.source = current
+    _sync_script(path, old, nb)
     write_notebook(nb, path)
     return True
+
+
+_README_ROW = re.compile(r"^\| (\d\d) \| `(\d\d_[^`]+\.ipynb)`"
+                         r"(?: \[!\[Open In Colab\]\[colab-badge\]\]\[colab-\d\d\])? \|")
+_LINKS_START = "<!-- Colab links: written by `python -m tfm_lesson.course badges` from REPOSITORY and REF -->"
+_LINKS_END = "<!-- end of Colab links -->"
+
+
+def readme_with_badges(text: str, repository: str = REPOSITORY, ref: str = REF) -> str:
+    """README's chapter tables with a Colab badge beside every notebook name (rows ``| NN | `NN_x.ipynb` |``); the
+    links are Markdown references, defined in one block after the last table (rows stay short)."""
+    lines, names, last = text.split("\n"), {}, None
+    for k, line in enumerate(lines):
+        m = _README_ROW.match(line)
+        if m:
+            names[m.group(1)] = m.group(2)
+            badge = f"[![Open In Colab][colab-badge]][colab-{m.group(1)}]"
+            lines[k] = _README_ROW.sub(f"| {m.group(1)} | `{m.group(2)}` {badge} |", line)
+            last = k
+    if last is None:
+        return text
+    block = [_LINKS_START, f"[colab-badge]: {COLAB_BADGE_SVG}",
+             *(f"[colab-{n}]: {colab_url(name, repository, ref)}" for n, name in sorted(names.items())), _LINKS_END]
+    if _LINKS_START in lines:
+        start = lines.index(_LINKS_START)
+        end = lines.index(_LINKS_END, start)
+        lines[start:end + 1] = block
+    else:
+        lines[last + 1:last + 1] = ["", *block]
+    return "\n".join(lines)
+
+
+def book_config_with_location(text: str, repository: str = REPOSITORY, ref: str = REF) -> str:
+    """``book/_config.yml`` with ``repository.url`` and ``repository.branch`` (the launch buttons') set."""
+    out, inside = [], False
+    for line in text.split("\n"):
+        if not line.startswith(" ") and line.strip():
+            inside = line.rstrip() == "repository:"
+        elif inside and re.match(r"^  url: ", line):
+            line = f"  url: https://github.com/{repository}"
+        elif inside and re.match(r"^  branch: ", line):
+            line = f"  branch: {ref}"
+        out.append(line)
+    return "\n".join(out)
+
+
+def update_links(root: Path = Path("."), repository: str = REPOSITORY, ref: str = REF,
+                 paths: list[Path] | None = None) -> list[str]:
+    """Make everything that says where the course lives follow ``repository`` and ``ref``: each chapter's set-up
+    cell and badge (and its .py), README's badges, the book's launch buttons. Returns what changed."""
+    check_location(repository, ref)
+    changed = []
+    for path in paths if paths is not None else chapters(root / "notebooks"):
+        if update_chapter(Path(path), repository, ref):
+            changed.append(str(path))
+    for name, rewrite in (("README.md", readme_with_badges), ("book/_config.yml", book_config_with_location)):
+        file = root / name
+        if file.exists():
+            text = file.read_text()
+            new = rewrite(text, repository, ref)
+            if new != text:
+                with atomic_open(file, "w") as f:
+                    f.write(new)
+                changed.append(str(file))
+    return changed
 
 
 # the book ------------------------------------------------------------------------------------------------------------
@@ -414,6 +597,9 @@ def book_page(nb: Any) -> Any:
     cell left out (a reader of the book has nothing to install), and nbval's markers removed."""
     out = copy.deepcopy(nb)
     for cell in out["cells"]:
+        if cell.get("cell_type") == "markdown" and _ANY_BADGE.search(cell["source"]):  # the book has a launch button
+            lines = [ln for ln in cell["source"].split("\n") if not _ANY_BADGE.fullmatch(ln.strip())]
+            cell["source"] = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
         if cell.get("cell_type") != "code":
             continue
         added = (["hide-input"] if _is_solution(cell) else []) + (
@@ -489,6 +675,9 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("notebooks", nargs="*", type=Path, help="chapters (default: every chapter in notebooks/)")
     st.add_argument("--out", type=Path, default=Path("student"))
     st.add_argument("--force", action="store_true", help="overwrite earlier student copies even if changed")
+    st.add_argument("--repository", help=f"OWNER/NAME on GitHub the copies install from and link to "
+                                         f"(default {REPOSITORY})")
+    st.add_argument("--ref", help=f"the tag, branch or commit there (default {REF})")
     rs = sub.add_parser("restore", help="put the solutions back into student copies, in place")
     rs.add_argument("notebooks", nargs="+", type=Path)
     rs.add_argument("--from", dest="originals", type=Path, default=Path("notebooks"))
@@ -496,6 +685,11 @@ def main(argv: list[str] | None = None) -> int:
     fd.add_argument("notebooks", nargs="+", type=Path)
     su = sub.add_parser("setup-cell", help="bring each chapter's set-up cell (and its .py pair) up to date")
     su.add_argument("notebooks", nargs="+", type=Path)
+    bd = sub.add_parser("badges", help="make the set-up cells, Colab badges, README badges and the book's launch "
+                                       "buttons follow REPOSITORY and REF (or --repository / --ref)")
+    bd.add_argument("notebooks", nargs="*", type=Path, help="chapters (default: every chapter in notebooks/)")
+    bd.add_argument("--repository", default=REPOSITORY)
+    bd.add_argument("--ref", default=REF)
     bk = sub.add_parser("book", help="build the Jupyter Book into book/_build/html")
     bk.add_argument("--book", type=Path, default=Path("book"))
     links = sub.add_parser("colab-links", help="print an Open-in-Colab link per chapter")
@@ -513,7 +707,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "execute":
             execute(args.notebooks, args.timeout)
         elif args.command == "student":
-            write_student_copies(args.notebooks or chapters(), args.out, force=args.force)
+            if args.repository is not None or args.ref is not None:
+                check_location(args.repository or REPOSITORY, args.ref or REF)
+            write_student_copies(args.notebooks or chapters(), args.out, force=args.force,
+                                 repository=args.repository, ref=args.ref)
         elif args.command == "restore":
             restore_files(args.notebooks, args.originals)
         elif args.command == "fold":
@@ -521,10 +718,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "setup-cell":
             for path in args.notebooks:
                 print(f"{path}: set-up cell {'updated' if update_setup_cell(path) else 'already current'}")
+        elif args.command == "badges":
+            changed = update_links(Path("."), args.repository, args.ref, args.notebooks or None)
+            print(f"{args.repository}@{args.ref}: " + (", ".join(changed) + " updated" if changed else "all current"))
     except CourseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.command in ("execute", "student", "restore", "fold", "setup-cell"):
+    if args.command in ("execute", "student", "restore", "fold", "setup-cell", "badges"):
         return 0
     if args.command == "book":
         return build_book(args.book)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_positive_int
+from ._validate import check_positive_int
 from .attention import MultiHeadAttention
 from .masks import causal_mask
 from .norm import LayerNorm

@@ -165,7 +165,10 @@ class Quiz:
             self._choices.append(choice)
             self._feedback.append(feedback)
             boxes.append(box)
-        self.widget = widgets.VBox([widgets.HTML(f"<h4>{html.escape(title)}</h4>"), *boxes])
+        # ipywidgets 7 (Colab, Notebook 6) keeps a radio label on one line: a long option pushed its button out of
+        # view. This rule lets labels wrap (ipywidgets 8 already does).
+        wrap = "<style>.tfm-quiz-choice label { white-space: normal !important; height: auto !important; }</style>"
+        self.widget = widgets.VBox([widgets.HTML(f"{wrap}<h4>{html.escape(title)}</h4>"), *boxes])
         self.widget.add_class("tfm-quiz")
 
     def _check(self, n: int) -> None:
@@ -190,7 +193,9 @@ class Quiz:
         return reply
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
-        data = self.widget._repr_mimebundle_(**kwargs) or {}
+        from ._widget_display import widget_bundle
+
+        data = widget_bundle(self.widget, **kwargs)  # ipywidgets 7 widgets have no _repr_mimebundle_
         data["text/plain"] = to_text(self.questions)
         data["text/html"] = to_html(self.questions, self.title)
         return data

@@ -1,4 +1,4 @@
-"""Explorers: drag a slider, type a sentence, and watch attention change (ipywidgets 8).
+"""Explorers: drag a slider, type a sentence, and watch attention change (ipywidgets 7.7 and 8).
 
 Each function returns an :class:`Explorer`, an ``ipywidgets.VBox`` of controls above a picture. Every
 picture is a :mod:`tfm_lesson.viz` figure rendered to PNG into an ``ipywidgets.Image``: no matplotlib
@@ -44,6 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from . import viz
+from ._widget_display import widget_bundle
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .masks import causal_mask, combine_masks
 from .positional import sinusoidal_table
@@ -179,9 +180,11 @@ class Explorer(widgets.VBox):
         self.wait()
         return self._error
 
+    _ipython_display_ = None  # ipywidgets 7: display through _repr_mimebundle_ below (with the picture), as on 8
+
     def _repr_mimebundle_(self, **kwargs) -> dict:
         self.wait()  # the static picture, when it comes in time
-        data = super()._repr_mimebundle_(**kwargs) or {}
+        data = widget_bundle(self, **kwargs)
         data["text/plain"] = f"<{self.name}: interactive in a notebook with a live kernel; static picture elsewhere>"
         if self.image.value:
             data["image/png"] = base64.b64encode(self.png).decode("ascii")

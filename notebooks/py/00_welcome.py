@@ -19,10 +19,12 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %% [markdown]
 # # 00 · Welcome: how this course works, and the shapes of attention
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/00_welcome.ipynb)
 #
 # Over the next chapters you will build the Transformer of *Attention Is All You Need* (Vaswani et al., 2017)
 # one piece at a time, in PyTorch, and prove every piece equal to PyTorch's own. This first chapter does two

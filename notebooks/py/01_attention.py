@@ -19,10 +19,12 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %% [markdown]
 # # 01 · Scaled dot-product attention
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/01_attention.ipynb)
 #
 # Everything in the Transformer is built around one operation, which the paper (section 3.2.1) calls *scaled
 # dot-product attention*:

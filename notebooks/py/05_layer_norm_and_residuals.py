@@ -19,10 +19,12 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %% [markdown]
 # # 05 · Layer norm and residual connections
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/05_layer_norm_and_residuals.ipynb)
 #
 # Attention (chapters 01–03) and a small feed-forward network (chapter 06) are the *sub-layers* of the
 # Transformer. What turns a pile of sub-layers into something you can stack six (or sixty) deep and still

@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 07 · The encoder
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/07_encoder.ipynb)
+#
 # Chapters 01–06 built the parts: attention, masks, multi-head attention, positional encoding, layer norm
 # with residuals, and the position-wise feed-forward network. This chapter assembles them into the
 # **encoder** of "Attention Is All You Need" (section 3.1): one layer, then a stack of $N = 6$ identical layers.
@@ -34,7 +36,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import math

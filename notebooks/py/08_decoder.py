@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 08 · The decoder
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/08_decoder.ipynb)
+#
 # The encoder of chapter 07 turns the source sentence into a **memory** $m$: one $d_\text{model}$-vector per
 # source token. The **decoder** writes the target sentence from it, one token after the other. Its layers
 # (paper, section 3.1) look like the encoder's with one sub-layer more, and with a mask that hides the future.
@@ -33,7 +35,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import torch

@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 09 · The Transformer
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/09_the_transformer.ipynb)
+#
 # Every part is built and proven: attention (01–03), positional encoding (04), norm and residuals (05),
 # feed-forward (06), encoder (07), decoder (08). This chapter adds the last pieces — token embeddings, their
 # $\sqrt{d_\text{model}}$ scale, weight sharing, the generator, initialisation, masks from pad ids — and
@@ -34,7 +36,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import math

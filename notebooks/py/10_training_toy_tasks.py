@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 10 · Training on toy tasks: the loop you write
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/10_training_toy_tasks.ipynb)
+#
 # Chapters 01–09 built the Transformer and proved every part equal to PyTorch's. It knows nothing yet: its
 # weights are random. In this chapter **you write the training loop** — the part that turns a random model
 # into a working one — piece by piece, each piece checked. Then your loop teaches the model a first skill,
@@ -41,7 +43,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import copy
@@ -448,7 +450,11 @@ def train_loop(model, data, steps, batch_size, warmup, peak_lr, smoothing=0.1, c
 # ### Check it: the same curve as `tfm_lesson.training.train`
 #
 # The package's `train` does the same things in the same order (plus mixed precision on a GPU, several
-# processes, evaluation and a progress bar). Two copies of one freshly initialised model, 20 steps each, same
+# processes, evaluation and a progress bar). Mixed precision means the forward pass runs in 16-bit floats:
+# `bfloat16` on GPUs that compute it natively (compute capability 8.0 or more), `float16` on older ones such as
+# Colab's T4, where a gradient scaler (`torch.amp.GradScaler`) multiplies the loss before the backward pass so
+# that small gradients do not round to zero in `float16`; `tfm_lesson.training.amp_dtype(device)` says which,
+# and `train(..., amp=False)` keeps everything in `float32`. On the CPU nothing changes. Two copies of one freshly initialised model, 20 steps each, same
 # seed (hence the same batches): the two loss curves must agree to $10^{-6}$.
 
 # %%

@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 11 · Translation: English → French
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/11_translation.ipynb)
+#
 # Chapter 10 taught the Transformer to reverse symbols. Now the task the paper was written for: translating
 # sentences. We train on English–French sentence pairs **generated inside the package** (no download, so
 # this chapter can never break because a website went away), decode with **beam search**, score held-out
@@ -39,7 +41,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import math

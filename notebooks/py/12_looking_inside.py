@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 12 · Looking inside a trained Transformer
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/12_looking_inside.ipynb)
+#
 # A trained model is a few hundred thousand numbers. Attention is the one place where it shows its work:
 # every head, in every layer, writes down how much each position reads from each other position. This
 # chapter trains a small English → French **number** translator (*three hundred and twenty-one* →
@@ -36,7 +38,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import math

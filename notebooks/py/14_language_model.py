@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 14 · A language model
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/14_language_model.ipynb)
+#
 # Chapters 01–13 built the Transformer of 2017: an encoder reads a sentence, a decoder writes its
 # translation. The models people talk about today, GPT and its relatives, keep only half of it. This chapter
 # turns your decoder into a **GPT**, gives it **tokens** made by a byte-pair-encoding tokenizer that you write,
@@ -37,7 +39,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import os

@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 15 · Fast generation: the KV cache
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/15_fast_generation.ipynb)
+#
 # A language model writes one token at a time. The decoding of chapters 10–13 ran the model over the **whole**
 # sequence again for every new token in the decoders you wrote yourself there (`greedy_decode_yours` in
 # chapter 10, the slow beam search of chapter 11): the prompt and every token generated before. (The package's
@@ -41,7 +43,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import math

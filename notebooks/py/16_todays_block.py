@@ -19,10 +19,12 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %% [markdown]
 # # 16 · Today's block: RMSNorm, RoPE, SwiGLU, grouped-query attention
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/16_todays_block.ipynb)
 #
 # The layer you built in chapters 01–09 is the 2017 one. Open the code of a model released in the last few
 # years in the Llama family (Llama 2 and 3, Mistral, SmolLM and many more built the same way) and you find the
