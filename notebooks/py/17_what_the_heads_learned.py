@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 17 · What the heads learned
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/17_what_the_heads_learned.ipynb)
+#
 # Chapters 11 and 12 drew attention maps and read them by eye: "this head looks like an alignment", "that head
 # seems to matter". This chapter replaces the eye with numbers, in two places where the truth is known:
 #
@@ -44,7 +46,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import os

@@ -17,6 +17,8 @@
 # %% [markdown]
 # # 18 · Attention that fits: the online softmax and FlashAttention
 #
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/18_attention_that_fits.ipynb)
+#
 # Every attention in this course so far builds the whole matrix of scores, one number for every (query, key)
 # pair: $(\text{q\_len}, \text{k\_len})$ numbers per head. At 4,096 tokens that matrix alone is 64 MiB per head in
 # float32, and a softmax over it writes another one as large. Yet the models you will use read contexts of
@@ -42,7 +44,7 @@
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@main")])
+                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
 
 # %%
 import math
