@@ -25,6 +25,7 @@ DEFAULT_OUTPUTS = {
     "ablation": lambda: [ablation.DEFAULT_OUT],
     "reference": lambda: [reference.default_out(task) for task in reference.RECIPES],
     "course": lambda: [], "quiz": lambda: [], "translate": lambda: [], "generate": lambda: [],
+    "_grade_kernel": lambda: [],  # the grader's kernel: writes nothing
 }
 
 

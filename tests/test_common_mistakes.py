@@ -60,8 +60,13 @@ class MergeWithoutTranspose(_MHA):
     merge_transpose = False
 
 
+def test_a_subclass_of_the_reference_is_refused_unless_told():
+    # chapter 03 exercise 3's rule (the reference could do the work); chapter 13 derives on purpose and says so
+    assert "WRITE IT YOURSELF" in hint_of(check_multi_head_attention, _MHA)
+
+
 def test_correct_written_out_mha_passes():
-    check_multi_head_attention(_MHA)
+    check_multi_head_attention(_MHA, written_yourself=False)
 
 
 @pytest.mark.parametrize("cls, hint", [
@@ -70,7 +75,7 @@ def test_correct_written_out_mha_passes():
     (MergeWithoutTranspose, "merged without the transpose"),
 ])
 def test_mha_mistakes(cls, hint):
-    assert hint in hint_of(check_multi_head_attention, cls)
+    assert hint in hint_of(lambda c: check_multi_head_attention(c, written_yourself=False), cls)
 
 
 def attention_neg_inf(query, key, value, mask=None):
@@ -298,7 +303,7 @@ def test_fused_qkv_equals_multi_head_attention():
 
 
 def test_separate_projections_pass():
-    check_multi_head_attention(SeparateProjections)
+    check_multi_head_attention(SeparateProjections, written_yourself=False)
 
 
 def test_masks_from_pad_ids():

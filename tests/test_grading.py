@@ -14,7 +14,8 @@ import pytest
 
 from tfm_lesson import grading
 from tfm_lesson.course import student_copy
-from tfm_lesson.grading import copy_chapter_answers, exercises
+from tfm_lesson.course import copy_chapter_answers
+from tfm_lesson.grading import exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"

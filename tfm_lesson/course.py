@@ -27,6 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ._io import atomic_open
+from .cells import (_LEGACY_TEMPLATES, _SETUP_TEMPLATE, SOLUTION_TAG, STUDENT_STUB, CourseError, is_setup_cell,
+                    write_notebook)
+from .cells import is_solution as _is_solution
+from .cells import is_stub as _is_stub
+from .cells import tags as _tags
 
 # The one setting for where the course lives: the set-up cell's install, every Colab link and chapter badge,
 # README's badges and the book's launch buttons (book/_config.yml) are all made from it by
@@ -61,12 +66,6 @@ def install_source(repository: str = REPOSITORY, ref: str = REF) -> str:
 # INSTALL_SOURCE, e.g. to try a chapter against a local checkout. No --upgrade: what the runtime has stays.
 INSTALL_SOURCE = install_source()
 
-_SETUP_TEMPLATE = """\
-# Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, os, subprocess, sys
-if importlib.util.find_spec("tfm_lesson") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "{source}")])"""
 
 
 def setup_cell(repository: str = REPOSITORY, ref: str = REF) -> str:
@@ -76,29 +75,13 @@ def setup_cell(repository: str = REPOSITORY, ref: str = REF) -> str:
 
 SETUP_CELL = setup_cell()
 
-# The set-up cell before TFM_LESSON_SOURCE existed; still recognised (book pages, tests, `setup-cell`).
-_LEGACY_TEMPLATES = ("""\
-# Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, subprocess, sys
-if importlib.util.find_spec("tfm_lesson") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           "{source}"])""",)
 LEGACY_SETUP_CELLS = tuple(t.format(source=INSTALL_SOURCE) for t in _LEGACY_TEMPLATES)
 
-_ANY_SOURCE = re.compile(r"tfm-lesson @ git\+https://github\.com/[^\s\"@]+@[^\s\"]+")
 
 
-def is_setup_cell(source: str) -> bool:
-    """Whether ``source`` is the set-up cell: this or an earlier wording, made from any repository and ref."""
-    found = _ANY_SOURCE.sub("{source}", source.strip())
-    return found in {t.strip() for t in (_SETUP_TEMPLATE, *_LEGACY_TEMPLATES)}
 
 
-SOLUTION_TAG = "solution"
 SCRIPTS = "py"  # the sub-folder of notebooks/ that holds each chapter's paired .py (jupytext: ipynb,py//py:percent)
-# What a student copy puts where a solution was.
-STUDENT_STUB = ("# Your turn: complete the exercise in the cell above (keep the name it defines),\n"
-                "# then run the check below. Its message tells you what to fix.")
 # Tags a student copy adds to the checker cell after a solution, so "Run all" goes on past a failing check.
 _ADDED_TAGS_KEY = "tfm_lesson_student_added_tags"
 # Marks a cell whose stored output a student copy cleared because it shows results of the answers (_depends.py).
@@ -109,23 +92,8 @@ KEPT_HEADER = ("# Your code from the \"your turn\" cell, kept by `restore`. The 
                "# (folded: click its left bar to open it).\n")
 
 
-class CourseError(Exception):
-    """A course command refused to run: nothing was written. The message says why and what to do."""
 
 
-def write_notebook(nb: Any, path: str | Path) -> None:
-    """Write notebook ``nb`` to ``path`` atomically: a temporary file beside it, then a rename.
-
-    A write that fails midway (full disk, Ctrl-C) leaves the old file as it was. A symlink is written through.
-    """
-    import nbformat
-
-    target = Path(path).resolve()
-    text = nbformat.writes(nbformat.from_dict(nb))
-    if not text.endswith("\n"):
-        text += "\n"
-    with atomic_open(target, "w") as f:
-        f.write(text)
 
 
 def colab_url(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF) -> str:
@@ -202,21 +170,9 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
 
 
 # student copies ------------------------------------------------------------------------------------------------------
-def _tags(cell: Any) -> list[str]:
-    return list(cell.get("metadata", {}).get("tags", []))
-
-
-def _is_solution(cell: Any) -> bool:
-    return cell.get("cell_type") == "code" and SOLUTION_TAG in _tags(cell)
-
-
 def _clear_outputs(cell: Any) -> None:
     cell["outputs"] = []
     cell["execution_count"] = None
-
-
-def _is_stub(cell: Any) -> bool:
-    return _is_solution(cell) and cell.get("source", "").strip() == STUDENT_STUB.strip()
 
 
 # folding -------------------------------------------------------------------------------------------------------------
@@ -289,6 +245,18 @@ def student_copy(nb: Any) -> Any:
         if cells[i].get("outputs"):
             _clear_outputs(cells[i])
             cells[i].setdefault("metadata", {})[_CLEARED_KEY] = True
+    return out
+
+
+def copy_chapter_answers(chapter: Any) -> Any:
+    """A student copy of ``chapter`` with every solution typed into its "your turn" cell: a submission that should
+    score full marks (used by the tests and to try the grader on a chapter)."""
+    from .grading import exercises  # course -> grading, as the CLI's grade command
+
+    out = student_copy(chapter)
+    for ex in exercises(chapter):
+        if ex.answer_index is not None:
+            out["cells"][ex.answer_index]["source"] = copy.deepcopy(chapter["cells"][ex.solution_index]["source"])
     return out
 
 
@@ -664,6 +632,44 @@ def _check_notebook_argument(parser: argparse.ArgumentParser, path: Path) -> Non
         parser.error(f"{path} is not a readable notebook ({first[:200]})")
 
 
+def class_main(argv: list[str]) -> int:
+    """``grade`` and ``export``, the two class commands of ``python -m tfm_lesson.course``. Exit 0 when done,
+    2 for a usage error (bad arguments, a chapter without solutions, a missing submission path)."""
+    from . import grading
+    from .export import export
+
+    parser = argparse.ArgumentParser(prog="python -m tfm_lesson.course")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gr = sub.add_parser("grade", help="grade student notebooks against the instructor's chapter",
+                        description=grading.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gr.add_argument("chapter", type=Path, help="the instructor's chapter (with solutions)")
+    gr.add_argument("submissions", nargs="+", type=Path, help="student notebooks, or folders of them")
+    gr.add_argument("--csv", type=Path, required=True, help="where to write the grades")
+    gr.add_argument("--feedback", type=Path, help="a folder for one Markdown feedback page per submission")
+    gr.add_argument("--timeout", type=int, default=grading.DEFAULT_TIMEOUT, help="seconds per cell (default %(default)s)")
+    gr.add_argument("--memory", type=int, default=grading.DEFAULT_MEMORY_MB,
+                    help="MB of address space per kernel, 0 = no limit (default %(default)s)")
+    gr.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    ex = sub.add_parser("export", help="write the chapter as an nbgrader or Otter-Grader assignment")
+    ex.add_argument("chapter", type=Path)
+    ex.add_argument("--format", choices=("nbgrader", "otter"), required=True)
+    ex.add_argument("--out", type=Path, required=True, help="the nbgrader course folder, or the otter folder")
+    ex.add_argument("--assignment", help="the assignment's name (default: the chapter's file name)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
+    try:
+        if args.command == "grade":
+            grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs)
+        else:
+            export(args.chapter, args.format, args.out, args.assignment)
+    except CourseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfm_lesson.course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -697,9 +703,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv and argv[0] in ("grade", "export"):  # a class's notebooks: tfm_lesson/grading.py, tfm_lesson/export.py
-        from .grading import main as grading_main
 
-        return grading_main(argv)
+        return class_main(argv)
     args = parser.parse_args(argv)
     for path in getattr(args, "notebooks", None) or ():  # a clear usage error, not a traceback from nbformat
         _check_notebook_argument(parser, path)

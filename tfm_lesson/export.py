@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ._io import atomic_open
-from .course import CourseError, write_notebook
+from .cells import CourseError, write_notebook
 from .grading import Exercise, exercises
 
 __all__ = ["export", "nbgrader_notebook", "otter_notebook"]

@@ -22,7 +22,6 @@ max_points, message`` (the checker's message verbatim); ``--feedback`` writes on
 from __future__ import annotations
 
 import ast
-import copy
 import csv
 import io
 import os
@@ -39,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from ._io import atomic_open
-from .course import STUDENT_STUB, CourseError, _is_solution, _is_stub, is_setup_cell
+from .cells import STUDENT_STUB, CourseError, is_setup_cell
+from .cells import is_solution as _is_solution
+from .cells import is_stub as _is_stub
 
 MAX_BYTES = 50 * 1024 * 1024  # a bigger submission is refused unread
 DEFAULT_TIMEOUT = 60  # seconds per cell (an exercise cell, a check)
@@ -525,54 +526,3 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     print(f"{len(graded)} submission(s) graded in {time.perf_counter() - start:.1f} s: {csv_path}"
           + (f", feedback pages in {feedback}" if feedback else ""), flush=True)
     return graded
-
-
-def copy_chapter_answers(chapter: Any) -> Any:
-    """A student copy of ``chapter`` with every solution typed into its "your turn" cell: a submission that should
-    score full marks (used by the tests and to try the grader on a chapter)."""
-    from .course import student_copy
-
-    out = student_copy(chapter)
-    for ex in exercises(chapter):
-        if ex.answer_index is not None:
-            out["cells"][ex.answer_index]["source"] = copy.deepcopy(chapter["cells"][ex.solution_index]["source"])
-    return out
-
-
-def main(argv: list[str]) -> int:
-    """``grade`` and ``export``, the two class commands of ``python -m tfm_lesson.course``. Exit 0 when done,
-    2 for a usage error (bad arguments, a chapter without solutions, a missing submission path)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m tfm_lesson.course")
-    sub = parser.add_subparsers(dest="command", required=True)
-    gr = sub.add_parser("grade", help="grade student notebooks against the instructor's chapter",
-                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    gr.add_argument("chapter", type=Path, help="the instructor's chapter (with solutions)")
-    gr.add_argument("submissions", nargs="+", type=Path, help="student notebooks, or folders of them")
-    gr.add_argument("--csv", type=Path, required=True, help="where to write the grades")
-    gr.add_argument("--feedback", type=Path, help="a folder for one Markdown feedback page per submission")
-    gr.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help="seconds per cell (default %(default)s)")
-    gr.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MB,
-                    help="MB of address space per kernel, 0 = no limit (default %(default)s)")
-    gr.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
-    ex = sub.add_parser("export", help="write the chapter as an nbgrader or Otter-Grader assignment")
-    ex.add_argument("chapter", type=Path)
-    ex.add_argument("--format", choices=("nbgrader", "otter"), required=True)
-    ex.add_argument("--out", type=Path, required=True, help="the nbgrader course folder, or the otter folder")
-    ex.add_argument("--assignment", help="the assignment's name (default: the chapter's file name)")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return 2 if exc.code else 0
-    try:
-        if args.command == "grade":
-            grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs)
-        else:
-            from .export import export
-
-            export(args.chapter, args.format, args.out, args.assignment)
-    except CourseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0

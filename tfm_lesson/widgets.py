@@ -849,7 +849,7 @@ def head_scores_explorer(views: dict[str, dict], layer: int = 0, head: int = 0) 
         for (i, j), v in np.ndenumerate(grid):
             ax2.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=viz.FONT - 1,
                      color="white" if im.norm(v) < 0.55 else "black")
-        _frame(ax2, h - 0.5, l - 0.5, 1, 1)
+        viz.frame_cells(ax2, h - 0.5, l - 0.5)
         ax2.set_xticks(range(grid.shape[1]))
         ax2.set_yticks(range(grid.shape[0]))
         viz._style_axes(ax2, f"{key}, every head", "head", "layer")

@@ -184,12 +184,12 @@ print(f"final loss: first half {log['loss, first half'][-1]:.2f}, repeated half 
 # %% [markdown]
 # ### See it: the phase change
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of the loss on each half of repeated-token sequences over the training steps: both start near the same value; the first half stays there, while the repeated half drops sharply partway through training to well below it."}}
 steps = log["step"]
 viz.plot_lines({k: log[k] for k in ("loss, first half", "loss, repeated half")}, x=steps,
                title="Loss on each half of repeated sequences", ylabel="cross-entropy (nats)")
 
-# %%
+# %% mystnb={"image": {"alt": "Line chart of two scores over the training steps: the best layer-1 head's prefix-matching score and the best layer-0 head's previous-token score stay near zero, then rise together at the steps where the repeated half's loss drops."}}
 viz.plot_lines({k: log[k] for k in ("prefix matching (best layer-1 head)", "previous token (best layer-0 head)")},
                x=steps, title="Induction scores during training", ylabel="mean attention weight")
 
@@ -231,7 +231,7 @@ print(f"induction head:      layer 1, head {ind_head} (score {after['prefix_matc
 # induction head matches are there); in the second half it looks elsewhere. The induction head, in the second
 # half, draws a line $n - 1$ positions back, one step after the earlier copy.
 
-# %%
+# %% mystnb={"image": {"alt": "Two attention heatmaps over one repeated-token sequence: the previous-token head of layer 0 lights the cells just below the diagonal, and the induction head of layer 1 lights, in the repeated half, a line offset back by the segment's length."}}
 with torch.no_grad(), T.record_attention(toy) as record:
     toy(probe[:1])
 fig = viz.Figure(figsize=(10, 4.4), dpi=viz.DPI, layout="constrained")
@@ -434,7 +434,7 @@ check_alignment_error_rate(aer)
 #
 # The same recipe as chapter 11: $d_\text{model} = 128$, 4 heads, 2 + 2 layers, $d_\text{ff} = 256$, dropout
 # 0.1, 500 steps of 64 pairs, warm-up 200 steps to a peak rate of 0.002, label smoothing 0.1 (the validation
-# set is scored once, at the end, instead of every 100 steps).
+# set is scored once, at the end, instead of at regular steps as in chapter 11).
 
 # %%
 data = load_task("sentences", seed=0)
@@ -511,7 +511,7 @@ print(f"best head: decoder layer {best_layer} (the {which} "
 #
 # ### See it: the best head against the gold alignment
 
-# %%
+# %% mystnb={"image": {"alt": "Heatmap of one cross-attention head on one sentence, French words against English words, with gold links framed: the brightest cell of almost every row lies in a solid sure-link frame, adjective and noun reordering included, and the negation falls inside the dashed possible links."}}
 def crossings(pair):
     """How many pairs of sure links cross (the word order changes between the languages)."""
     links = sorted(pair.sure)
@@ -585,14 +585,14 @@ rho_copying = spearman(after["prefix_matching"].flatten(), ablation.flatten())
 print(f"Spearman rho, translation heads (1 - AER vs loss rise): {rho_translation:+.2f}")
 print(f"Spearman rho, copying-model heads (prefix matching vs loss rise): {rho_copying:+.2f}")
 
-# %%
+# %% mystnb={"image": {"alt": "Two scatter plots with one point per head, attention score across and loss rise when ablated up: for the translation model the better-aligning heads also cost more when removed; for the copying model the previous-token head costs by far the most although its prefix-matching score is near zero."}}
 fig = viz.Figure(figsize=(9, 3.4), dpi=viz.DPI, layout="constrained")
 for ax, xs, ys, title, xlabel in zip(
         fig.subplots(1, 2),
         (aligns.flatten(), after["prefix_matching"].flatten()), (rise.flatten(), ablation.flatten()),
         (f"translation heads, rho = {rho_translation:+.2f}", f"copying-model heads, rho = {rho_copying:+.2f}"),
         ("1 - AER (how well the map aligns)", "prefix-matching score")):
-    ax.scatter(xs.numpy(), ys.numpy(), color=viz.PALETTE[0])
+    ax.scatter(xs.tolist(), ys.tolist(), color=viz.PALETTE[0])
     for k, (x_, y_) in enumerate(zip(xs.tolist(), ys.tolist())):
         ax.annotate(f"{k // 4}.{k % 4}", (x_, y_), fontsize=viz.FONT - 1, xytext=(3, 3), textcoords="offset points")
     ax.set_title(title, fontsize=viz.FONT + 1)
@@ -620,7 +620,7 @@ fig
 # Pick a model, a layer and a head: the map (with the gold links for the translation model), the head's scores,
 # and the grid of its first score over every head, the chosen one framed.
 
-# %%
+# %% mystnb={"image": {"alt": "The head explorer's static picture: the selected head's attention map with gold links framed, and beside it a grid of every head's score, the selected head outlined."}}
 toy_maps = torch.stack([record.get(layer=l)[0] for l in range(2)])  # (layers, heads, L, L), the probe sequence
 views = {
     "translation (cross-attention)": dict(

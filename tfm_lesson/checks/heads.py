@@ -256,13 +256,18 @@ def _written_yourself(cls: type[nn.Module]) -> None:
                  f"That is a ready-made attention; the exercise asks you to {instead} yourself")
 
 
-def check_multi_head_attention(cls: type[nn.Module]) -> None:
+def check_multi_head_attention(cls: type[nn.Module], *, written_yourself: bool = True) -> None:
     """``cls(d_model, heads)`` with ``w_q, w_k, w_v, w_o`` ``nn.Linear(d_model, d_model)`` layers and
     ``forward(query, key, value, mask=None)`` returning the output ``(batch, q_len, d_model)`` or
     ``(output, weights)``. The reference's weights are loaded into it; self- and cross-attention, with and
     without masks (True = may attend), in float32 and float64, must give the reference's output. That includes
-    queries whose keys are all masked: their attention weights are 0, so their output is ``w_o(0)``, never NaN."""
-    _written_yourself(cls)
+    queries whose keys are all masked: their attention weights are 0, so their output is ``w_o(0)``, never NaN.
+
+    ``written_yourself=True`` applies chapter 03 exercise 3's rule first (no subclass of the package's
+    ``MultiHeadAttention``, no ready-made attention called); chapter 13 derives from the package's class on purpose,
+    to change one line of a written-out ``forward``, and passes ``False``."""
+    if written_yourself:
+        _written_yourself(cls)
     gen = torch.Generator().manual_seed(5)
     # (batch, q_len, k_len, d_model, heads, kind, mask, dtype): unmasked first, so a softmax-axis or scaling bug is
     # named before masks come into play; cross-attention always has query != key (and mostly q_len != k_len).
