@@ -1,7 +1,8 @@
 """Attention that fits: the online softmax and tiled (FlashAttention) attention, forward and backward (chapter 18).
 
-- :func:`online_softmax`: softmax over the last axis in one pass over blocks, with a running maximum and a running
-  sum (Milakov & Gimelshein, 2018); the maximum may grow at any block, and the sum is rescaled when it does.
+- :func:`online_softmax`: softmax over the last axis; its maximum and sum in one pass over blocks, a running
+  maximum and a running sum (Milakov & Gimelshein, 2018); the maximum may grow at any block, and the sum is
+  rescaled when it does.
 - :func:`flash_attention`: ``softmax(Q K^T / sqrt(d_k)) V`` over blocks of queries and keys (Dao et al., 2022):
   no ``(q_len, k_len)`` matrix is ever formed, only one ``(block, block)`` tile of scores at a time, and per query
   a running maximum ``m``, a running sum ``l`` and an output accumulator. Its backward pass (:class:`FlashAttention`)

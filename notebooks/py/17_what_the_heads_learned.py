@@ -32,8 +32,8 @@
 #
 # Last, the question behind both: when attention points somewhere, does the model *use* what it points at?
 #
-# **What you will learn**: the previous-token and prefix-matching scores that name induction heads
-# (exercise 1); ablation and activation patching, and where to patch (exercise 2); gold alignments and the
+# **What you will learn**: the previous-token and prefix-matching scores that name induction heads (you write
+# the second in exercise 1); ablation and activation patching, and where to patch (exercise 2); gold alignments and the
 # alignment error rate of Och & Ney (2003), with its sure and possible links (exercise 3); how to read an
 # alignment off a head; and how far attention weights agree with the effect of an intervention (a rank
 # correlation).
@@ -240,7 +240,7 @@ for ax, layer, head, what in zip(fig.subplots(1, 2), (0, 1), (prev_head, ind_hea
 fig
 
 # %% [markdown]
-# ### Exercise 1: the induction score
+# ### Exercise 1: the prefix-matching (induction) score
 # **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `induction_score(attention, seg_len)`: `attention` is `(..., 1 + 2 seg_len, 1 + 2 seg_len)` over `<s>`,
@@ -266,7 +266,7 @@ check_induction_score(induction_score)
 # ### Confirm by ablation
 #
 # Scores say where a head looks. To see whether the model *needs* it, replace each head's output by its mean
-# over the batch (mean ablation: the head still writes something ordinary, but nothing that depends on the
+# over the batch and the positions (mean ablation: the head still writes something ordinary, but nothing that depends on the
 # input) and measure the loss on the repeated half. `ablate_head` does it with a forward pre-hook on `w_o`, as
 # in chapter 12.
 
@@ -380,7 +380,7 @@ check_patch_position(patch)
 # - **sure** ($S$): a word that translates a word (*voitures* — *cars*, *pas* — *not*);
 # - **possible** ($P \supseteq S$): words that only translate *together*. *did not arrive* — *ne sont pas
 #   arrivées*: no single French word translates *did*, so every pair of the two verb groups is possible,
-#   with the lexical verbs and the negations sure.
+#   with the lexical verbs sure and, of the negation, only *pas* — *not* (*ne* is only possible).
 #
 # A French word with no English counterpart (*des* before a bare English plural) has no link. Each link is a
 # pair (target index, source index), counted in the tokens of the chapter 11 vocabularies.
@@ -492,7 +492,8 @@ print(f"best head: decoder layer {best_layer} (the {which} "
 #
 # - **The baseline.** The monotonic alignment links the $t$-th French word to the English word at the same
 #   relative position. English and French share most of their word order, so it is not a weak baseline; what
-#   it misses is exactly the crossing of adjectives and the split negation *ne … pas*.
+#   it misses is mostly the crossing of adjectives, the split negation *ne … pas*, and the drift that comes
+#   from the two sentences having different lengths.
 # - **The two conventions.** Compare the two tables head by head. In this model the choice of row matters as
 #   much as the choice of head: read from the row that predicts a word, a head can be an excellent aligner and
 #   the same head, read one row later, a poor one. The decoder looks at the English word it is about to
@@ -546,8 +547,8 @@ viz.show_alignment(rows, sample.sure, sample.possible, x_tokens=list(sample.en_t
 # - Wiegreffe & Pinter (2019), *Attention is not not Explanation*, answered that this depends on what
 #   "explanation" means: attention can be one plausible account among several, and their tests show it often
 #   carries real information, though it is not the unique faithful one.
-# - Michel et al. (2019), *Are Sixteen Heads Really Better than One?*, pruned most heads of trained Transformers
-#   at test time with little loss; Voita et al. (2019), *Analyzing Multi-Head Self-Attention*, found a few
+# - Michel et al. (2019), *Are Sixteen Heads Really Better than One?*, removed a large fraction of the heads of
+#   trained Transformers at test time with little loss (some layers down to a single head); Voita et al. (2019), *Analyzing Multi-Head Self-Attention*, found a few
 #   specialised heads (positional, syntactic, rare-word) doing the heavy lifting, and pruned most of the rest.
 #   Many heads look busy in their maps and are not needed.
 #
@@ -604,9 +605,13 @@ fig
 # Each point is a head, labelled layer.head. The cell above the figure prints both rank correlations; eight
 # heads are few, so read them as a direction, not a measurement. Three things to see:
 #
-# - **Where they agree, the scale differs.** Look at the loss rise of the best aligners: next to the test loss
-#   printed above, removing any one of them changes little. Each head aligns; none is needed alone, because its
-#   neighbours align too (the redundancy Michel et al. and Voita et al. describe).
+# - **Where they agree, the scale differs.** Look at the loss rise of the best aligners next to the test loss
+#   printed above (plain cross-entropy; the training and validation losses of the training cell include label
+#   smoothing, which keeps them far higher even for a good model). Removing any one of them raises the test loss
+#   by a fraction of itself, nowhere near the level of an untrained model: each head aligns, and none is needed
+#   alone, because its neighbours align too. (Michel et al. and Voita et al. found such redundancy mainly among
+#   self-attention heads; Michel et al. found encoder-decoder attention *more* dependent on having several heads,
+#   so this small model differs from theirs here.)
 # - **One score sees one pattern.** In the copying model, the previous-token head named above (in layer 0) is the
 #   costliest to remove, yet its prefix-matching score is as low as that of heads that do nothing: its job is
 #   another pattern, which this attention score was not built to see. A ranking by one attention score would

@@ -26,8 +26,9 @@
 # shows how, and proves that nothing is lost: the result is the same attention, to rounding.
 #
 # **What you will learn**
-# - the **online softmax** (Milakov & Gimelshein, 2018): a softmax computed in one pass over blocks of a row,
-#   keeping only a running maximum and a running sum, which is **rescaled** whenever the maximum grows;
+# - the **online softmax** (Milakov & Gimelshein, 2018): the softmax's maximum and sum computed together in one
+#   pass over the row (here in blocks), the running sum **rescaled** whenever the maximum grows, then a second
+#   pass that writes the outputs;
 # - **tiled attention**, the forward pass of FlashAttention (Dao et al., 2022): blocks ("tiles") of queries meet
 #   tiles of keys, with a running maximum, a running sum and an output accumulator per query, normalised once
 #   at the end; causal masks with the tile's **offset** in the sequence; queries that see no key;
@@ -138,9 +139,12 @@ for length in (512, 4096, 32768, 131072):
 # it any tile of probabilities comes back in one step, $P = e^{S - L}$, already normalised. With
 # $dO$ the gradient of the output, softmax's backward pass is
 #
-# $$dV_j = P^\top dO_i, \quad dP = dO_i V_j^\top, \quad D = \mathrm{rowsum}(dO_i \circ O_i), \quad
+# $$dV_j \mathrel{+}= P^\top dO_i, \quad dP = dO_i V_j^\top, \quad D = \mathrm{rowsum}(dO_i \circ O_i), \quad
 #   dS = P \circ (dP - D), \quad dQ_i \mathrel{+}= dS\, K_j / \sqrt{d_k}, \quad
 #   dK_j \mathrel{+}= dS^\top Q_i / \sqrt{d_k}.$$
+#
+# $dK_j$ and $dV_j$ are summed over the query tiles $i$, $dQ_i$ over the key tiles $j$: every pair of tiles adds
+# its share.
 #
 # ($D_r = \sum_j P_{rj}\, dP_{rj}$, which equals $\sum_c dO_{rc}\, O_{rc}$ because $O = PV$: one number per query,
 # from the saved output. The first FlashAttention paper saved $m$ and $\ell$; saving their combination $L$ is
@@ -275,8 +279,8 @@ for name, a, b in zip(("dQ", "dK", "dV"), tiled_grads, explicit_grads):
 # function runs: each new tensor adds its bytes, a finalizer subtracts them when the tensor is freed, and the
 # largest running total is the peak. Its inputs (and views of them) are not counted: the number is the memory
 # the call itself needed at its worst moment. What it cannot see are buffers a fused kernel allocates and frees
-# inside itself (SDPA's own tiles); the cross-check after the figure reads the resident size of a fresh process
-# for those.
+# inside itself (SDPA's own tiles); for those, the cross-check after the figure reads how far this process's
+# resident high-water mark rises during the call.
 #
 # Three contenders: the explicit path of chapter 01; the tiled `flash_attention`; and PyTorch's own
 # `F.scaled_dot_product_attention`, which on a CPU runs a **fused kernel**: one compiled function that does the
@@ -323,16 +327,18 @@ viz.plot_scaling(lengths, {name: [b / 2**20 for b in peaks[name]] for name in me
 # plus a few tiles of $128 \times 128$: once the output dominates, it follows slope 1. SDPA's is little more than
 # the output, as far as a hook above the kernel can see.
 #
-# The second table is the time. At short lengths the tiled version is many times slower than the explicit one:
+# The second table is the time. At short lengths the tiled version is a few times slower than the explicit one:
 # its tiles are a Python loop, about a dozen small PyTorch calls per tile, each paying Python's and PyTorch's
 # overhead, while the explicit path makes a handful of large calls that use the CPU's vector units well. As the
-# length grows, the explicit path writes and reads square matrices far larger than the CPU's caches and the gap
-# narrows (compare the columns; on some machines it closes at the longest length). SDPA, a compiled kernel that
+# length grows, the explicit path writes and reads square matrices far larger than the CPU's caches, and at the
+# longest lengths the tiled loop can catch up with it or even pass it (compare the columns of the table above;
+# where that happens differs from machine to machine). SDPA, a compiled kernel that
 # also works tile by tile, is usually the fastest of the three. Speed on a CPU is not what a Python
 # FlashAttention is for. On a GPU the same algorithm, written as one fused kernel, keeps each tile in the chip's
 # fast on-chip memory and avoids writing the square matrix to the slow main memory and reading it back: there it
 # saves time as well as memory.
-# (No GPU ran this notebook, so SDPA's flash and math back ends on a GPU are not measured here.)
+# (No GPU ran this notebook. On a GPU, SDPA picks among several implementations, its *back ends*: a fused
+# FlashAttention kernel and a plain "math" one among them. Those are not measured here.)
 #
 # **A cross-check that sees everything.** The operating system keeps, for every process, the high-water mark of
 # its resident memory: every page it touched, kernel scratch buffers included. On Linux,
@@ -465,7 +471,7 @@ viz.plot_roofline(peak_gflops, bandwidth_gbs, points, title=f"Roofline of this m
 # This is why decoding one sequence at a time is memory-bound on every machine, GPUs included (whose knee sits at
 # a much higher intensity): each generated token reads **every weight** and, for attention, **the whole KV
 # cache**, to do about two FLOPs per number read. Attention at decode time is no better off than the weights: one
-# query of $d_k$ numbers meets $L$ cached keys and values, about $4 L d_k$ FLOPs for $2 L d_k$ numbers read. And
+# query of $d_k$ numbers meets $n$ cached keys and values, about $4 n d_k$ FLOPs for $2 n d_k$ numbers read. And
 # where a batch of sequences shares every weight read, each sequence has its own cache, so batching does not raise
 # attention's intensity. Grouped-query attention (chapter 16) does: $g$ query heads share one key/value head, the
 # same bytes serve $g$ queries, which multiplies the intensity by $g$ and divides the cache by $g$:
@@ -474,7 +480,7 @@ viz.plot_roofline(peak_gflops, bandwidth_gbs, points, title=f"Roofline of this m
 # NBVAL_CHECK_OUTPUT
 d_k, cache_len = 128, 4096
 for group in (1, 4, 8):  # query heads per key/value head; 1 = ordinary multi-head attention
-    flops = group * 4 * cache_len * d_k  # scores (2 L d_k) and weighted values (2 L d_k), for each query head
+    flops = group * 4 * cache_len * d_k  # scores (2 n d_k) and weighted values (2 n d_k), for each query head
     moved = 2 * cache_len * d_k * 2  # keys and values of one key/value head, float16
     print(f"{group} query head(s) per key/value head: {flops / moved:.0f} FLOP(s) per byte of cache read")
 
@@ -591,7 +597,8 @@ check_tiled_attention(my_tiled_attention)
 # Write `intensity(m, k, n, bytes_per_number)`: the FLOPs per byte of the product $(m, k) \times (k, n)$ that
 # reads each input once and writes the output once. Then compare what your function says for a decode step
 # `intensity(1, 4096, 4096, 2)` and a prefill of 512 tokens `intensity(512, 4096, 4096, 2)` in float16 with
-# the knee the roofline cell printed.
+# the knee the roofline cell printed (measured in float32, so only a rough guide): the decode step lands far to
+# its left, the prefill far to its right.
 
 # %%
 def intensity(m, k, n, bytes_per_number):
@@ -627,10 +634,12 @@ T.quiz.show("18")
 # - The **backward pass** keeps the output and one log-sum-exp per query and recomputes each tile,
 #   $P = e^{S - L}$: more arithmetic, no square matrix; its gradients equal autograd's in float64.
 # - Measured: the explicit path's peak memory grows with the square of the length, the tiled version's with the
-#   length. On a CPU a Python loop of tiles is slower; on a GPU the fused kernel is faster too, because it
+#   length. On a CPU a Python loop of tiles is usually slower than SDPA and not reliably faster than the
+#   explicit path; on a GPU the fused kernel is faster too, because it
 #   spares the slow memory the square matrix.
 # - A product's **arithmetic intensity**, FLOPs per byte, places it on the machine's **roofline**. Decode
-#   multiplies one token by every weight and reads the whole KV cache, about one FLOP per byte: memory-bound.
+#   multiplies one token by every weight and reads the whole KV cache, about two FLOPs per number read (0.5 FLOP
+#   per byte in float32, 1 in float16): memory-bound.
 #   That is why the cache's size, grouped-query attention and the number of bytes per weight matter so much
 #   for generation, and why prefill, compute-bound, is where fused attention kernels pay off most.
 #
