@@ -40,7 +40,10 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
+try:
+    import tomllib  # Python 3.11+
+except ModuleNotFoundError:  # Python 3.10: the same parser as a package (requirements.txt)
+    import tomli as tomllib
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 
