@@ -11,14 +11,7 @@ from browser import browser_missing, cell_errors, chromium_page, jupyter_lab, op
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")]
 
-QUIZ = """\
-from tfm_lesson.quiz import Question, show
-show([Question(prompt="Attention divides the scores by the square root of which size?",
-               options=["d_model, the width of the whole model", "d_k, the size of one head's keys"],
-               answer=1,
-               feedback=["No: each head's dot products have d_k terms, not d_model.",
-                         "Yes: a dot product of d_k unit-variance terms has variance d_k."])])
-"""
+from test_browser_quiz import QUIZ  # the same one-question quiz  # noqa: E402
 EXPLORER = "from tfm_lesson import widgets\nwidgets.temperature_explorer()\n"
 
 FOCUS = """() => {

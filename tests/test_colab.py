@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -27,6 +28,23 @@ from conftest import ROOT
 CHAPTER = ROOT / "notebooks" / "00_welcome.ipynb"
 COLAB_VERSIONS = ROOT / "tools" / "colab_versions.txt"
 
+
+
+@contextmanager
+def _environ(env: dict[str, str], drop: tuple[str, ...] = ()):
+    """Set ``env`` and remove ``drop`` from os.environ (the kernel inherits it) for the block, then restore."""
+    old = {k: os.environ.get(k) for k in (*env, *drop)}
+    os.environ.update(env)
+    for k in drop:
+        os.environ.pop(k, None)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 def colab_versions() -> dict[str, str]:
     """``{"ipywidgets": "7.7.1", "python": "3.13", ...}`` from tools/colab_versions.txt (names normalised)."""
@@ -159,16 +177,8 @@ def test_a_chapter_runs_in_a_fresh_torch_only_environment(tmp_path):
 
     env = {"JUPYTER_PATH": str(tmp_path / "share" / "jupyter"), "TFM_LESSON_SOURCE": str(source),
            "TFM_DEVICE": "cpu"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with _environ(env):
         NotebookClient(nb, timeout=900, kernel_name="colab", resources={"metadata": {"path": str(workdir)}}).execute()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     errors = [(c.source[:60], o.get("evalue")) for c in nb.cells if c.cell_type == "code"
               for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
@@ -244,18 +254,10 @@ def test_a_chapter_in_the_colab_like_environment(colab_env, path):
         "print('AT END', ipywidgets.__version__, m.version('ipywidgets'), tfm_lesson.__file__)"))
     env = {"JUPYTER_PATH": str(colab_env["jupyter"]), "TFM_LESSON_SOURCE": str(colab_env["wheel"]),
            "TFM_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
-    old = {k: os.environ.get(k) for k in (*env, "PYTHONPATH")}
-    os.environ.update(env)
-    os.environ.pop("PYTHONPATH", None)  # the kernel must not see this checkout: only what the set-up cell installs
-    try:
+    # the kernel must not see this checkout (PYTHONPATH dropped): only what the set-up cell installs
+    with _environ(env, drop=("PYTHONPATH",)):
         NotebookClient(nb, timeout=900, kernel_name="colab", allow_errors=True,
                        resources={"metadata": {"path": str(colab_env["workdir"])}}).execute()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     after = _freeze(COLAB_PYTHON)
     changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
     assert not changed, f"{path.name}: the set-up cell changed packages Colab has: {changed}"

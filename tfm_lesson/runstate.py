@@ -17,6 +17,7 @@ import random
 import signal
 import threading
 import time
+from abc import ABC, abstractmethod
 from typing import Callable
 
 import torch
@@ -125,7 +126,7 @@ def check_same_settings(settings: dict, saved: dict, where: str) -> None:
                              "continue it with the same settings")
 
 
-class GuardedRun:
+class GuardedRun(ABC):
     """The loop of a trainer that keeps the run contract. A subclass sets ``model``, ``optimizer``, ``history``
     (with lists ``step`` and ``loss``), ``step`` (steps already taken), ``path`` (the checkpoint file or
     ``None``), ``saved_step`` (the step that file holds, or ``None``) and implements:
@@ -134,7 +135,8 @@ class GuardedRun:
       before ``backward`` (that raises :class:`TrainingDiverged` on a non-finite loss) and returns the loss;
     - ``evaluate(step)``: score the held-out data (and log it);
     - ``write(step)``: save the whole run to ``path``;
-    - ``peak_lr()``: the schedule's largest rate, for the divergence message.
+    - ``peak_lr()``: the schedule's largest rate, for the divergence message;
+    - ``last_evaluated()``: the step of the last evaluation, or ``None``.
 
     ``agree(*flags)`` makes every process take the same decision (under DDP); ``main`` is the process
     that saves."""
@@ -206,20 +208,25 @@ class GuardedRun:
             self.finish()
             self.save(self.step)
 
+    @abstractmethod
     def last_evaluated(self) -> int | None:
-        raise NotImplementedError
+        """See the class docstring."""
 
     def finish(self) -> None:
         """Called once after the last step and evaluation, before the final save."""
 
+    @abstractmethod
     def take_step(self, check: Callable[[float], None]) -> float:
-        raise NotImplementedError
+        """See the class docstring."""
 
+    @abstractmethod
     def evaluate(self, step: int) -> None:
-        raise NotImplementedError
+        """See the class docstring."""
 
+    @abstractmethod
     def write(self, step: int) -> None:
-        raise NotImplementedError
+        """See the class docstring."""
 
+    @abstractmethod
     def peak_lr(self) -> float:
-        raise NotImplementedError
+        """See the class docstring."""
