@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from . import viz
-from ._widget_display import widget_bundle
+from ._widget_display import WIDGET_VIEW, widget_bundle
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .masks import causal_mask, combine_masks
 from .positional import sinusoidal_table
@@ -40,8 +40,6 @@ __all__ = [
     "attention_explorer", "translate_widget", "sampling_widget", "WIDGET_VIEW",
     "budget_explorer", "head_scores_explorer",
 ]
-
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 HIGHLIGHT = viz.HIGHLIGHT  # Okabe-Ito orange: frames the selected row / head / dimension
 TEXT_LIMIT = 300  # characters of typed text an explorer reads; the rest is cut, with a note
