@@ -38,7 +38,7 @@ notebooks: setup  ## execute every chapter in place (on the CPU unless TFM_DEVIC
 	TFM_DEVICE=$(NOTEBOOK_DEVICE) $(PY) -m tfm_lesson.course execute notebooks/[0-9][0-9]_*.ipynb
 
 book: setup  ## build the Jupyter Book into book/_build/html (offline, from the stored outputs)
-	$(PY) -m tfm_lesson.course book
+	$(PY) tools/book.py build
 
 student: setup  ## student copies of every chapter (solutions removed) in student/
 	$(PY) -m tfm_lesson.course student --out student

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 PARITY: dict[str, float] = defaultdict(float)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+# property tests (hypothesis): how many examples each tries, and the small sizes (batch, lengths) they draw
+PROPERTY_SETTINGS = settings(max_examples=30, deadline=None)
+property_sizes = st.integers(min_value=1, max_value=6)
 
 
 def raises_mistake(check, fn, hint: str) -> None:

@@ -83,8 +83,9 @@ def built_book(tmp_path_factory):
     root = tmp_path_factory.mktemp("clean")
     shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("_build", "notebooks", "_extra"))
     shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    done = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "book"], cwd=root, capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "book.py"), "build", "--book", str(root / "book"),
+                           "--notebooks", str(root / "notebooks")], cwd=root, capture_output=True, text=True,
+                          timeout=900)
     log = done.stdout + done.stderr
     assert done.returncode == 0, f"the book build failed:\n{log[-6000:]}"
     return root / "book" / "_build" / "html"

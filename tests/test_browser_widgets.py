@@ -187,7 +187,7 @@ def test_saved_notebook_shows_the_static_pictures(lab_page) -> None:
     import nbformat
     from nbclient import NotebookClient
 
-    from tfm_lesson.widgets import strip_widget_views
+    from tfm_lesson.course import strip_widget_views
 
     page, lab = lab_page
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in [SETUP, *CELLS.values()]])

@@ -260,3 +260,9 @@ def test_every_solution_cell_of_every_chapter_is_folded(path):
     open_ = [i for i, c in enumerate(nb.cells) if course._is_solution(c) and not course.is_folded(c)]
     assert not open_, (f"{path.name}: solution cells {open_} are not folded: "
                        f"run `python -m tfm_lesson.course fold {path.relative_to(ROOT)}`")
+
+
+@pytest.mark.parametrize("command, now", [("book", "build"), ("badges", "badges"), ("colab-links", "colab-links")])
+def test_a_command_that_needs_the_checkout_says_where_it_went(command, now, capsys):
+    assert course.main([command]) == 2
+    assert f"python tools/book.py {now}" in capsys.readouterr().err

@@ -16,6 +16,9 @@ from tfm_lesson import course
 
 from conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "tools"))
+import book  # noqa: E402  (tools/book.py: repository tooling, outside the package)
+
 CHAPTERS = course.chapters(ROOT / "notebooks")
 
 
@@ -30,7 +33,7 @@ def _title_cell(nb) -> str:
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_every_chapter_has_the_current_setup_cell_and_badge(path):
     nb = nbformat.read(path, as_version=4)
-    fix = "run `python -m tfm_lesson.course badges`"
+    fix = "run `python tools/book.py badges`"
     assert _first_code(nb) == course.SETUP_CELL, f"{path.name}: the set-up cell is not the current one: {fix}"
     title = _title_cell(nb).split("\n")
     assert title[1:4] == ["", course.colab_badge(path.name), ""] or title[1:3] == ["", course.colab_badge(path.name)], \
@@ -40,12 +43,12 @@ def test_every_chapter_has_the_current_setup_cell_and_badge(path):
 
 def test_readme_and_the_book_follow_the_setting():
     readme = (ROOT / "README.md").read_text()
-    assert course.readme_with_badges(readme) == readme, "README's badges are stale: run `course badges`"
+    assert book.readme_with_badges(readme) == readme, "README's badges are stale: run `python tools/book.py badges`"
     for path in CHAPTERS:
         assert f"[colab-{path.name[:2]}]: {course.colab_url(path.name)}" in readme, path.name
         assert re.search(rf"^\| {path.name[:2]} \| `{path.name}` \[!\[Open In Colab\]", readme, re.M), path.name
     config_text = (ROOT / "book" / "_config.yml").read_text()
-    assert course.book_config_with_location(config_text) == config_text
+    assert book.book_config_with_location(config_text) == config_text
     config = yaml.safe_load(config_text)
     assert config["repository"] == {"url": f"https://github.com/{course.REPOSITORY}", "branch": course.REF,
                                     "path_to_book": ""}
@@ -64,10 +67,12 @@ def test_the_ref_is_the_release_tag_of_this_version():
 
 
 def test_changing_the_setting_moves_all_four(tmp_path):
-    """In a copy: new REPOSITORY and REF, `course badges`, and every set-up cell, badge, README link and the
-    book's launch buttons say the new place; the chapters' .py pairs and outputs follow."""
+    """In a copy: new REPOSITORY and REF, `python tools/book.py badges`, and every set-up cell, badge, README link
+    and the book's launch buttons say the new place; the chapters' .py pairs and outputs follow."""
     copy = tmp_path / "repo"
     shutil.copytree(ROOT / "tfm_lesson", copy / "tfm_lesson", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "tools").mkdir()
+    shutil.copy(ROOT / "tools" / "book.py", copy / "tools" / "book.py")
     picked = CHAPTERS[:2] + CHAPTERS[-1:]
     (copy / "notebooks" / "py").mkdir(parents=True)
     for path in picked:
@@ -81,7 +86,7 @@ def test_changing_the_setting_moves_all_four(tmp_path):
     assert text.count(f'REPOSITORY = "{course.REPOSITORY}"') == 1 and text.count(f'REF = "{course.REF}"') == 1
     settings.write_text(text.replace(f'REPOSITORY = "{course.REPOSITORY}"', 'REPOSITORY = "a-teacher/their-fork"')
                         .replace(f'REF = "{course.REF}"', 'REF = "spring-2027"'))
-    done = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "badges"], cwd=copy, capture_output=True,
+    done = subprocess.run([sys.executable, "tools/book.py", "badges"], cwd=copy, capture_output=True,
                           text=True, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}, timeout=300)
     assert done.returncode == 0, done.stderr
     url = "https://colab.research.google.com/github/a-teacher/their-fork/blob/spring-2027/notebooks/"
@@ -100,7 +105,7 @@ def test_changing_the_setting_moves_all_four(tmp_path):
     config = yaml.safe_load((copy / "book" / "_config.yml").read_text())
     assert config["repository"]["url"] == "https://github.com/a-teacher/their-fork"
     assert config["repository"]["branch"] == "spring-2027"
-    again = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "badges"], cwd=copy, capture_output=True,
+    again = subprocess.run([sys.executable, "tools/book.py", "badges"], cwd=copy, capture_output=True,
                            text=True, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"}, timeout=300)
     assert "all current" in again.stdout, again.stdout
 
@@ -139,7 +144,7 @@ def test_student_copies_for_a_fork(tmp_path, capsys):
 
 
 def test_the_book_shows_its_launch_button_not_the_badge():
-    page = course.book_page(nbformat.read(CHAPTERS[1], as_version=4))
+    page = book.book_page(nbformat.read(CHAPTERS[1], as_version=4))
     assert "colab-badge.svg" not in "".join(c.source for c in page.cells)
     assert re.search(r"^# 01 · ", _title_cell(page), re.M)
 
@@ -150,3 +155,9 @@ def test_a_setup_cell_from_any_home_is_recognised_and_others_are_not():
     assert not course.is_setup_cell(course.SETUP_CELL.replace('"-q",', '"-q", "--upgrade",'))
     with pytest.raises(course.CourseError, match="--ref"):
         course.check_location("a/b", "bad ref")
+
+
+def test_colab_links_prints_one_link_per_chapter(capsys):
+    assert book.main(["colab-links"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{path.stem}: {course.colab_url(path)}" for path in CHAPTERS]

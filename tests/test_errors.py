@@ -1,4 +1,5 @@
-"""Bad input gets a clear error naming the argument and what was expected; masking never gives NaN."""
+"""Bad input gets a clear error naming the argument and what was expected, across the modules. Attention's own
+errors and its masking (never NaN) are tested in tests/test_attention.py."""
 from __future__ import annotations
 
 import pytest
@@ -12,33 +13,6 @@ def test_d_model_not_divisible_by_heads():
         T.MultiHeadAttention(30, 4)
     with pytest.raises(ValueError, match=r"d_model=30 must be divisible by heads=4"):
         T.TransformerConfig(d_model=30, heads=4)
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(d_model=0, heads=1), r"d_model must be a positive int"),
-    (dict(d_model=8, heads=2, dropout=1.5), r"dropout must be a float in \[0, 1\)"),
-    (dict(d_model=8.0, heads=2), r"d_model must be a positive int"),
-])
-def test_bad_settings(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        T.MultiHeadAttention(**kwargs)
-
-
-def test_mask_of_the_wrong_shape_names_the_dimension():
-    mha = T.MultiHeadAttention(16, 4)
-    x = torch.randn(2, 5, 16)
-    with pytest.raises(ValueError, match=r"mask has shape \(2, 1, 1, 6\).*k_len dimension is 6, expected 5 or 1"):
-        mha(x, x, x, torch.ones(2, 1, 1, 6, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"batch dimension is 3, expected 2 or 1"):
-        mha(x, x, x, torch.ones(3, 1, 1, 5, dtype=torch.bool))
-
-
-def test_mask_of_the_wrong_dtype_is_refused():
-    x = torch.randn(2, 5, 16)
-    with pytest.raises(TypeError, match=r"mask must be boolean with True = may attend"):
-        T.MultiHeadAttention(16, 4)(x, x, x, torch.zeros(2, 1, 1, 5))  # an additive float mask
-    with pytest.raises(TypeError, match=r"mask must be boolean"):
-        T.scaled_dot_product_attention(x, x, x, torch.ones(2, 5, 5, dtype=torch.long))
 
 
 def test_mismatched_feature_sizes():
@@ -89,50 +63,7 @@ def test_bad_config_values():
         T.TransformerConfig(src_vocab=10, tgt_vocab=10, src_pad_id=10)
 
 
-# fully masked rows and low precision ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("need_weights", [False, True])
-def test_fully_masked_row_gives_zeros_never_nan(device, dtype, need_weights):
-    torch.manual_seed(0)
-    mha = T.MultiHeadAttention(16, 4).to(device=device, dtype=dtype).eval()
-    x = torch.randn(2, 5, 16, device=device, dtype=dtype)
-    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool, device=device)
-    mask[0, :, 2, :] = False  # query 2 of sequence 0 sees no key at all
-    out, weights = mha(x, x, x, mask, need_weights=need_weights)
-    assert not torch.isnan(out).any() and not torch.isinf(out).any()
-    bias = mha.w_o.bias  # a query that attends to nothing gets zero context, so only W^O's bias is left
-    assert torch.allclose(out[0, 2], bias, atol=1e-6)
-    if need_weights:
-        assert torch.equal(weights[0, :, 2], torch.zeros_like(weights[0, :, 2]))
-        assert torch.allclose(weights[1].float().sum(-1), torch.ones(4, 5, device=device), atol=1e-2)
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_masking_works_in_half_precision(device, dtype):
-    """-1e9 overflows float16; tfm_lesson masks with -inf and removes fully masked rows, so masked keys get
-    exactly zero weight in every dtype."""
-    torch.manual_seed(1)
-    q, k, v = (torch.randn(2, 3, 4, 8, device=device) for _ in range(3))
-    mask = torch.tensor([True, True, False, False], device=device)
-    out, weights = T.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), mask)
-    assert torch.equal(weights[..., 2:].float(), torch.zeros(2, 3, 4, 2, device=device))
-    ref, _ = T.scaled_dot_product_attention(q, k, v, mask)
-    assert torch.allclose(out.float(), ref, atol=5e-2)
-
-
 # the unclear cases a careless user found: each now gets a clear error, or the same numbers as the explicit path -------
-def test_a_one_dimensional_mask_works_on_both_paths():
-    """A (k_len,) key mask passed the mask check, then raised IndexError inside the fast path."""
-    torch.manual_seed(0)
-    mha = T.MultiHeadAttention(16, 4).eval()
-    x = torch.randn(2, 5, 16)
-    mask = torch.tensor([True, True, True, False, False])
-    fast, _ = mha(x, x, x, mask)
-    explicit, _ = mha(x, x, x, mask, need_weights=True)
-    full, _ = mha(x, x, x, mask[None, None, None, :].expand(2, 4, 5, 5))
-    assert torch.allclose(fast, explicit, atol=1e-6) and torch.allclose(fast, full, atol=1e-6)
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_input_dtype_other_than_the_modules_names_both(dtype):
     x = torch.randn(2, 5, 16)
@@ -180,49 +111,6 @@ def test_boolean_config_fields_refuse_strings_and_ints(field, value):
     T.TransformerConfig(**{field: True})
     with pytest.raises(ValueError, match=r"eps must be a positive float"):
         T.TransformerConfig(eps="1e-5")
-
-
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-@pytest.mark.parametrize("masked", [False, True])
-def test_nan_and_inf_propagate_through_the_fast_path_as_through_the_explicit_one(device, bad, masked):
-    """The fused kernel returned finite numbers for a NaN or -inf query, where the explicit path and
-    nn.MultiheadAttention give NaN; with a padding mask, a NaN key it hides gave NaN everywhere. On a GPU,
-    other fused kernels run: the same holds there."""
-    torch.manual_seed(0)
-    mha = T.MultiHeadAttention(16, 4).to(device).eval()
-    x = torch.randn(2, 5, 16, device=device)
-    mask = T.padding_mask(torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], device=device), 0) if masked else None
-    for where in ("query", "key", "value"):
-        q, k, v = x.clone(), x.clone(), x.clone()
-        {"query": q, "key": k, "value": v}[where][0, 4 if masked else 1, 3] = bad
-        fast, _ = mha(q, k, v, mask)
-        explicit, _ = mha(q, k, v, mask, need_weights=True)
-        assert torch.equal(torch.isnan(fast), torch.isnan(explicit)), (where, torch.isnan(fast).any(-1))
-        assert torch.equal(torch.isinf(fast), torch.isinf(explicit)), where
-        finite = torch.isfinite(explicit)
-        assert torch.allclose(fast[finite], explicit[finite], atol=1e-5), where
-    if not masked:  # and as torch.nn does
-        ref = torch.nn.MultiheadAttention(16, 4, batch_first=True).to(device).eval()
-        q = x.clone()
-        q[0, 1, 3] = bad
-        assert torch.isnan(ref(q, x, x)[0][0, 1]).all() and torch.isnan(mha(q, x, x)[0][0, 1]).all()
-
-
-@pytest.mark.parametrize("where", ["a hidden key's value", "a visible key's value"])
-def test_a_fully_masked_query_gives_zero_on_both_paths_even_beside_a_nan_value(device, where):
-    """A query with no visible key has weights 0 everywhere; 0 times a NaN value was NaN on the explicit path
-    and 0 on the fast one. Both now give 0 for that query; for the other queries the NaN value reaches their
-    output on both paths alike (0 times NaN is NaN in a matrix product, as in torch.nn)."""
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 3, 4, device=device) for _ in range(3))
-    mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]], device=device)
-    v[..., 0 if where == "a visible key's value" else 2, 1] = float("nan")
-    explicit, _ = T.scaled_dot_product_attention(q, k, v, mask)
-    fast = T.attention.fast_attention(q, k, v, mask)
-    assert torch.equal(explicit[..., 1, :], torch.zeros_like(explicit[..., 1, :]))  # query 1 sees nothing
-    assert torch.equal(torch.isnan(fast), torch.isnan(explicit))
-    assert torch.allclose(fast.nan_to_num(), explicit.nan_to_num(), atol=1e-6)
-    assert torch.isnan(explicit[..., [0, 2], 1]).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -69,3 +69,28 @@ def test_the_graph_sees_lazy_imports():
     graph = _imports()
     assert "tfm_lesson.training" in graph["tfm_lesson.reference"]  # imported inside reference_run
     assert "tfm_lesson.reference" not in graph["tfm_lesson.training"]  # the circle of old: gone
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def test_the_package_holds_no_checkout_tooling():
+    """Building the book and rewriting README / the book's config need the course's checkout: tools/book.py does
+    that, outside the package (a docstring or comment may still point there)."""
+    checkout_only = ("jupyter-book", "README.md", "_config.yml")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: {word}"
+                          for word in checkout_only if word in node.value]
+    assert not found, found

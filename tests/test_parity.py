@@ -1,4 +1,5 @@
-"""Every component against PyTorch's own: loaded weights, same inputs and masks, outputs and gradients to 1e-5."""
+"""Every component against PyTorch's own: loaded weights, same inputs and masks, outputs and gradients to 1e-5.
+Attention's parity tests are in tests/test_attention.py."""
 from __future__ import annotations
 
 import math
@@ -9,62 +10,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import tfm_lesson as T
-
-
-# attention -------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("masked", [False, True])
-def test_sdpa_matches_torch(device, parity, masked):
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(3, 4, n, 16, device=device, requires_grad=True) for n in (5, 7, 7))
-    mask = torch.rand(3, 1, 5, 7, device=device) > 0.3 if masked else None
-    if mask is not None:
-        mask[..., 0] = True  # no fully masked rows: torch's kernels disagree among themselves there
-    ours, weights = T.scaled_dot_product_attention(q, k, v, mask)
-    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    parity("scaled_dot_product_attention", ours, theirs)
-    g_ours = torch.autograd.grad(ours.square().sum(), (q, k, v))
-    g_theirs = torch.autograd.grad(theirs.square().sum(), (q, k, v))
-    for a, b in zip(g_ours, g_theirs):
-        parity("scaled_dot_product_attention (grad)", a, b)
-    assert torch.allclose(weights.sum(-1), torch.ones(3, 4, 5, device=device), atol=1e-6)
-
-
-def _torch_mha_mask(mask: torch.Tensor, batch: int, heads: int, q_len: int, k_len: int) -> torch.Tensor:
-    """tfm_lesson mask -> nn.MultiheadAttention attn_mask (True = blocked), shaped (batch * heads, q, k)."""
-    return T.torch_mask(mask.expand(batch, heads, q_len, k_len).reshape(batch * heads, q_len, k_len))
-
-
-@pytest.mark.parametrize("self_attention", [True, False])
-@pytest.mark.parametrize("need_weights", [False, True])
-@pytest.mark.parametrize("bias", [True, False])
-def test_multi_head_attention_matches_torch(device, parity, self_attention, need_weights, bias):
-    torch.manual_seed(1)
-    d_model, heads, batch, q_len = 32, 4, 3, 6
-    k_len = q_len if self_attention else 9
-    theirs = nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True).to(device)
-    ours = T.from_torch(theirs)
-    x = torch.randn(batch, q_len, d_model, device=device, requires_grad=True)
-    mem = x if self_attention else torch.randn(batch, k_len, d_model, device=device, requires_grad=True)
-    mask = torch.rand(batch, 1, q_len, k_len, device=device) > 0.4
-    mask[..., 0] = True
-    out, w = ours(x, mem, mem, mask, need_weights=need_weights)
-    ref, ref_w = theirs(x, mem, mem, attn_mask=_torch_mha_mask(mask, batch, heads, q_len, k_len),
-                        need_weights=need_weights, average_attn_weights=False)
-    parity("MultiHeadAttention", out, ref)
-    if need_weights:
-        assert w.shape == (batch, heads, q_len, k_len)
-        parity("MultiHeadAttention (weights)", w, ref_w)
-    else:
-        assert w is None
-    g_ours = torch.autograd.grad(out.square().sum(), x, retain_graph=True)[0]
-    g_theirs = torch.autograd.grad(ref.square().sum(), x, retain_graph=True)[0]
-    parity("MultiHeadAttention (grad)", g_ours, g_theirs)
-    out.square().sum().backward()
-    ref.square().sum().backward()
-    d = d_model
-    for i, lin in enumerate((ours.w_q, ours.w_k, ours.w_v)):
-        parity("MultiHeadAttention (grad)", lin.weight.grad, theirs.in_proj_weight.grad[i * d:(i + 1) * d])
-    parity("MultiHeadAttention (grad)", ours.w_o.weight.grad, theirs.out_proj.weight.grad)
 
 
 # layer norm, feed-forward, positional encoding -----------------------------------------------------------------------

@@ -1,55 +1,16 @@
-"""Property tests over shapes (hypothesis): the components agree with torch for any batch, heads, lengths and mask."""
+"""Property tests over shapes (hypothesis): the components agree with torch for any batch, lengths and mask.
+Attention's property tests are in tests/test_attention.py."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
 import tfm_lesson as T
 
-SETTINGS = settings(max_examples=30, deadline=None)
-sizes = st.integers(min_value=1, max_value=6)
-
-
-def _mask(seed: int, batch: int, q_len: int, k_len: int, fully_masked: bool) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    mask = torch.rand(batch, 1, q_len, k_len, generator=g) > 0.4
-    mask[..., 0] = True
-    if fully_masked:
-        mask[0, :, -1] = False  # the last query of the first sequence sees nothing
-    return mask
-
-
-@SETTINGS
-@given(batch=sizes, heads=st.integers(1, 4), d_k=st.integers(1, 8), q_len=sizes, k_len=sizes,
-       seed=st.integers(0, 2**16), fully_masked=st.booleans())
-def test_fast_path_equals_explicit_path(batch, heads, d_k, q_len, k_len, seed, fully_masked):
-    torch.manual_seed(seed)
-    mha = T.MultiHeadAttention(heads * d_k, heads).eval()
-    q, kv = torch.randn(batch, q_len, heads * d_k), torch.randn(batch, k_len, heads * d_k)
-    mask = _mask(seed, batch, q_len, k_len, fully_masked)
-    fast, _ = mha(q, kv, kv, mask)
-    explicit, weights = mha(q, kv, kv, mask, need_weights=True)
-    assert fast.shape == (batch, q_len, heads * d_k) and weights.shape == (batch, heads, q_len, k_len)
-    assert torch.allclose(fast, explicit, atol=1e-5)
-    assert not torch.isnan(fast).any()
-    row_sums = weights.sum(-1)
-    assert torch.allclose(row_sums, mask.any(-1).float().expand_as(row_sums), atol=1e-5)  # 1, or 0 if all masked
-
-
-@SETTINGS
-@given(lead=st.lists(st.integers(1, 3), min_size=0, max_size=2), d_k=st.integers(1, 8), d_v=st.integers(1, 8),
-       q_len=sizes, k_len=sizes, seed=st.integers(0, 2**16))
-def test_attention_equals_torch_sdpa(lead, d_k, d_v, q_len, k_len, seed):
-    torch.manual_seed(seed)
-    q, k, v = torch.randn(*lead, q_len, d_k), torch.randn(*lead, k_len, d_k), torch.randn(*lead, k_len, d_v)
-    mask = torch.rand(q_len, k_len) > 0.3
-    mask[:, 0] = True
-    ours, weights = T.scaled_dot_product_attention(q, k, v, mask)
-    assert weights.shape == (*lead, q_len, k_len)
-    assert torch.allclose(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-5)
+from conftest import PROPERTY_SETTINGS as SETTINGS  # noqa: E402  (shared with tests/test_attention.py)
+from conftest import property_sizes as sizes  # noqa: E402
 
 
 @SETTINGS

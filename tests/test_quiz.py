@@ -8,8 +8,9 @@ import nbformat
 import pytest
 
 from tfm_lesson import quiz
+from tfm_lesson.course import strip_widget_views
 from tfm_lesson.quiz import Question, load_quiz, quiz_chapters
-from tfm_lesson.widgets import WIDGET_VIEW, strip_widget_views
+from tfm_lesson.widgets import WIDGET_VIEW
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tfm_lesson import MultiHeadAttention, Transformer, widgets
+from tfm_lesson.course import strip_widget_views
 from tfm_lesson.data import Vocab
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -218,9 +219,9 @@ def test_strip_widget_views_keeps_the_picture() -> None:
                                            "data": {widgets.WIDGET_VIEW: {"model_id": "x"}, "text/plain": "w"}}]},
         {"cell_type": "markdown", "source": "text"},
     ], "metadata": {"widgets": {"state": {}}}}
-    assert widgets.strip_widget_views(nb) == 1
+    assert strip_widget_views(nb) == 1
     kept = nb["cells"][0]["outputs"][0]["data"]
     assert set(kept) == {"image/png", "text/plain"} and kept["image/png"] == bundle["image/png"]
     assert widgets.WIDGET_VIEW in nb["cells"][1]["outputs"][0]["data"]  # no picture to fall back on: kept
     assert "widgets" not in nb["metadata"]
-    assert widgets.strip_widget_views(nb) == 0
+    assert strip_widget_views(nb) == 0

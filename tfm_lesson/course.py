@@ -1,16 +1,16 @@
-"""Course tooling: the set-up cell every chapter starts with, running chapters, student copies, the book.
+"""Course tooling for a learner's or an instructor's own notebooks: the set-up cell every chapter starts with,
+running chapters, student copies, grading.
 
     python -m tfm_lesson.course execute notebooks/*.ipynb          # refresh stored outputs in place
     python -m tfm_lesson.course student notebooks/03_*.ipynb       # student copies (no solutions) in student/
     python -m tfm_lesson.course restore student/03_*.ipynb         # put the solutions back (from notebooks/)
     python -m tfm_lesson.course fold notebooks/*.ipynb             # fold solution cells (metadata only)
     python -m tfm_lesson.course setup-cell notebooks/*.ipynb       # the current set-up cell, in .ipynb and .py
-    python -m tfm_lesson.course book                               # build the Jupyter Book in book/_build/html
-    python -m tfm_lesson.course colab-links                        # one "Open in Colab" link per chapter
     python -m tfm_lesson.course grade CHAPTER SUBMISSION... --csv F # grade a class (tfm_lesson/grading.py)
     python -m tfm_lesson.course export CHAPTER --format nbgrader --out DIR   # nbgrader / otter (tfm_lesson/export.py)
-    python -m tfm_lesson.course badges                             # set-up cells, badges, README, book follow
-                                                                   # REPOSITORY and REF (below)
+
+What needs the course's checkout (the Jupyter Book, README's and the book's links, the Colab links of the
+chapters in notebooks/) is ``python tools/book.py`` there, not part of the package.
 """
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ import copy
 import hashlib
 import os
 import re
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +33,7 @@ from .cells import tags as _tags
 
 # The one setting for where the course lives: the set-up cell's install, every Colab link and chapter badge,
 # README's badges and the book's launch buttons (book/_config.yml) are all made from it by
-# `python -m tfm_lesson.course badges` (tests/test_course_links.py checks that all four follow it).
+# `python tools/book.py badges` in the checkout (tests/test_course_links.py checks that all four follow it).
 # REF is a release tag, not a branch: a class's copies made from a release install that release for as long as
 # the class runs, whatever the default branch holds later. (The commit a chapter is stored from cannot be written
 # into that same commit.) Publishing: push the tag `v<version of pyproject.toml>` before sharing the links.
@@ -156,8 +154,6 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
     import nbformat
     from nbclient import NotebookClient
 
-    from .widgets import strip_widget_views
-
     for path in paths:
         start = time.perf_counter()
         nb = nbformat.read(path, as_version=4)
@@ -167,6 +163,29 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
         fold_solutions(nb)
         write_notebook(nb, path)
         print(f"{path}: {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def strip_widget_views(nb: Any) -> int:
+    """Remove the live-widget view from stored outputs that also carry a static ``image/png`` (an explorer) or
+    ``text/html`` (a quiz), in place; returns how many outputs changed.
+
+    ``nb`` is a notebook (``nbformat.NotebookNode`` or the same dict); its ``widgets`` metadata goes with the
+    views. JupyterLab 4 shows a stored view whose widget model is gone as an empty output or "model not found",
+    never the picture beside it; without the view every frontend shows the picture, and running the cell brings
+    the live widget back.
+    """
+    from ._widget_display import WIDGET_VIEW
+
+    changed = 0
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and ("image/png" in data or "text/html" in data):  # a static fallback
+                del data[WIDGET_VIEW]
+                changed += 1
+    if changed:
+        nb.get("metadata", {}).pop("widgets", None)
+    return changed
 
 
 # student copies ------------------------------------------------------------------------------------------------------
@@ -463,20 +482,6 @@ def _sync_script(path: Path, old: Any, new: Any) -> None:
         f.write(text)
 
 
-def update_chapter(path: Path, repository: str = REPOSITORY, ref: str = REF) -> bool:
-    """Bring chapter ``path``'s set-up cell and badge to ``repository`` at ``ref``, in the .ipynb and in its paired
-    ``.py`` (same text, so the pair stays in sync; outputs stay); True when something changed. Idempotent."""
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    old = copy.deepcopy(nb)
-    if not retarget(nb, path.name, repository, ref):
-        return False
-    _sync_script(path, old, nb)
-    write_notebook(nb, path)
-    return True
-
-
 def update_setup_cell(path: Path, repository: str = REPOSITORY, ref: str = REF) -> bool:
     """Replace a set-up cell of another wording, repository or ref with :func:`setup_cell` in chapter ``path``
     and in its paired ``.py``; True when something changed. Idempotent."""
@@ -492,126 +497,6 @@ def update_setup_cell(path: Path, repository: str = REPOSITORY, ref: str = REF) 
     _sync_script(path, old, nb)
     write_notebook(nb, path)
     return True
-
-
-_README_ROW = re.compile(r"^\| (\d\d) \| `(\d\d_[^`]+\.ipynb)`"
-                         r"(?: \[!\[Open In Colab\]\[colab-badge\]\]\[colab-\d\d\])? \|")
-_LINKS_START = "<!-- Colab links: written by `python -m tfm_lesson.course badges` from REPOSITORY and REF -->"
-_LINKS_END = "<!-- end of Colab links -->"
-
-
-def readme_with_badges(text: str, repository: str = REPOSITORY, ref: str = REF) -> str:
-    """README's chapter tables with a Colab badge beside every notebook name (rows ``| NN | `NN_x.ipynb` |``); the
-    links are Markdown references, defined in one block after the last table (rows stay short)."""
-    lines, names, last = text.split("\n"), {}, None
-    for k, line in enumerate(lines):
-        m = _README_ROW.match(line)
-        if m:
-            names[m.group(1)] = m.group(2)
-            badge = f"[![Open In Colab][colab-badge]][colab-{m.group(1)}]"
-            lines[k] = _README_ROW.sub(f"| {m.group(1)} | `{m.group(2)}` {badge} |", line)
-            last = k
-    if last is None:
-        return text
-    block = [_LINKS_START, f"[colab-badge]: {COLAB_BADGE_SVG}",
-             *(f"[colab-{n}]: {colab_url(name, repository, ref)}" for n, name in sorted(names.items())), _LINKS_END]
-    if _LINKS_START in lines:
-        start = lines.index(_LINKS_START)
-        end = lines.index(_LINKS_END, start)
-        lines[start:end + 1] = block
-    else:
-        lines[last + 1:last + 1] = ["", *block]
-    return "\n".join(lines)
-
-
-def book_config_with_location(text: str, repository: str = REPOSITORY, ref: str = REF) -> str:
-    """``book/_config.yml`` with ``repository.url`` and ``repository.branch`` (the launch buttons') set."""
-    out, inside = [], False
-    for line in text.split("\n"):
-        if not line.startswith(" ") and line.strip():
-            inside = line.rstrip() == "repository:"
-        elif inside and re.match(r"^  url: ", line):
-            line = f"  url: https://github.com/{repository}"
-        elif inside and re.match(r"^  branch: ", line):
-            line = f"  branch: {ref}"
-        out.append(line)
-    return "\n".join(out)
-
-
-def update_links(root: Path = Path("."), repository: str = REPOSITORY, ref: str = REF,
-                 paths: list[Path] | None = None) -> list[str]:
-    """Make everything that says where the course lives follow ``repository`` and ``ref``: each chapter's set-up
-    cell and badge (and its .py), README's badges, the book's launch buttons. Returns what changed."""
-    check_location(repository, ref)
-    changed = []
-    for path in paths if paths is not None else chapters(root / "notebooks"):
-        if update_chapter(Path(path), repository, ref):
-            changed.append(str(path))
-    for name, rewrite in (("README.md", readme_with_badges), ("book/_config.yml", book_config_with_location)):
-        file = root / name
-        if file.exists():
-            text = file.read_text()
-            new = rewrite(text, repository, ref)
-            if new != text:
-                with atomic_open(file, "w") as f:
-                    f.write(new)
-                changed.append(str(file))
-    return changed
-
-
-# the book ------------------------------------------------------------------------------------------------------------
-def book_page(nb: Any) -> Any:
-    """A chapter as the book shows it: solution cells collapsed behind a toggle (``hide-input``), the set-up
-    cell left out (a reader of the book has nothing to install), and nbval's markers removed."""
-    out = copy.deepcopy(nb)
-    for cell in out["cells"]:
-        if cell.get("cell_type") == "markdown" and _ANY_BADGE.search(cell["source"]):  # the book has a launch button
-            lines = [ln for ln in cell["source"].split("\n") if not _ANY_BADGE.fullmatch(ln.strip())]
-            cell["source"] = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
-        if cell.get("cell_type") != "code":
-            continue
-        added = (["hide-input"] if _is_solution(cell) else []) + (
-            ["remove-cell"] if is_setup_cell(cell["source"]) else [])
-        if added:
-            meta = cell.setdefault("metadata", {})
-            meta["tags"] = [*meta.get("tags", []), *added]
-        lines = cell["source"].splitlines()
-        if lines and lines[0].strip() == "# NBVAL_CHECK_OUTPUT":
-            cell["source"] = "\n".join(lines[1:])
-    return out
-
-
-def prepare_book(book_dir: Path = Path("book"), notebooks_dir: Path = Path("notebooks")) -> list[Path]:
-    """Copy the chapters into ``book/notebooks`` (solutions collapsed) and MathJax into ``book/_extra``.
-
-    MathJax comes from the ``jupyter_server_mathjax`` package, so the book's math renders with no network.
-    """
-    import nbformat
-
-    pages = book_dir / "notebooks"
-    shutil.rmtree(pages, ignore_errors=True)
-    pages.mkdir(parents=True)
-    written = []
-    for path in chapters(notebooks_dir):
-        nb = nbformat.read(path, as_version=4)
-        nbformat.write(nbformat.from_dict(book_page(nb)), pages / path.name)
-        written.append(pages / path.name)
-    import jupyter_server_mathjax
-
-    mathjax = Path(jupyter_server_mathjax.__file__).parent / "static"
-    target = book_dir / "_extra" / "mathjax"
-    if not (target / "MathJax.js").exists():
-        shutil.copytree(mathjax, target, dirs_exist_ok=True)
-    return written
-
-
-def build_book(book_dir: Path = Path("book"), notebooks_dir: Path = Path("notebooks")) -> int:
-    """Prepare and build the book; warnings that matter (missing files, bad references) fail the build."""
-    prepare_book(book_dir, notebooks_dir)
-    jupyter_book = str(Path(sys.executable).with_name("jupyter-book"))
-    cmd = [jupyter_book, "build", str(book_dir), "--all", "-W", "-n", "--keep-going"]
-    print(" ".join(cmd), flush=True)
-    return subprocess.call(cmd)
 
 
 def _check_notebook_argument(parser: argparse.ArgumentParser, path: Path) -> None:
@@ -670,6 +555,10 @@ def class_main(argv: list[str]) -> int:
     return 0
 
 
+# the commands that moved to tools/book.py (they read or write the checkout's book/, README and notebooks/)
+_MOVED = {"book": "build", "badges": "badges", "colab-links": "colab-links"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfm_lesson.course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -691,20 +580,14 @@ def main(argv: list[str] | None = None) -> int:
     fd.add_argument("notebooks", nargs="+", type=Path)
     su = sub.add_parser("setup-cell", help="bring each chapter's set-up cell (and its .py pair) up to date")
     su.add_argument("notebooks", nargs="+", type=Path)
-    bd = sub.add_parser("badges", help="make the set-up cells, Colab badges, README badges and the book's launch "
-                                       "buttons follow REPOSITORY and REF (or --repository / --ref)")
-    bd.add_argument("notebooks", nargs="*", type=Path, help="chapters (default: every chapter in notebooks/)")
-    bd.add_argument("--repository", default=REPOSITORY)
-    bd.add_argument("--ref", default=REF)
-    bk = sub.add_parser("book", help="build the Jupyter Book into book/_build/html")
-    bk.add_argument("--book", type=Path, default=Path("book"))
-    links = sub.add_parser("colab-links", help="print an Open-in-Colab link per chapter")
-    links.add_argument("--dir", type=Path, default=Path("notebooks"))
     if argv is None:
         argv = sys.argv[1:]
     if argv and argv[0] in ("grade", "export"):  # a class's notebooks: tfm_lesson/grading.py, tfm_lesson/export.py
-
         return class_main(argv)
+    if argv and argv[0] in _MOVED:
+        print(f"error: `{argv[0]}` needs the course's checkout and moved out of the package: run "
+              f"`python tools/book.py {_MOVED[argv[0]]}` there", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     for path in getattr(args, "notebooks", None) or ():  # a clear usage error, not a traceback from nbformat
         _check_notebook_argument(parser, path)
@@ -723,19 +606,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "setup-cell":
             for path in args.notebooks:
                 print(f"{path}: set-up cell {'updated' if update_setup_cell(path) else 'already current'}")
-        elif args.command == "badges":
-            changed = update_links(Path("."), args.repository, args.ref, args.notebooks or None)
-            print(f"{args.repository}@{args.ref}: " + (", ".join(changed) + " updated" if changed else "all current"))
     except CourseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.command in ("execute", "student", "restore", "fold", "setup-cell", "badges"):
-        return 0
-    if args.command == "book":
-        return build_book(args.book)
-    else:
-        for nb in chapters(args.dir):
-            print(f"{nb.stem}: {colab_url(nb)}")
     return 0
 
 

@@ -9,25 +9,10 @@ explorer shows a static PNG of its state when it was displayed (its default stat
 ``image/png`` and ``text/plain`` next to the widget view. A frontend that knows widgets picks the live
 view; JupyterLab 4 / Notebook 7 with ipywidgets 8 fall back to the PNG when the widget model is gone.
 
-The book (Jupyter Book 1.x, myst-nb) must be told to prefer the PNG, since no widget state is stored in
-the notebooks and myst-nb would otherwise pick the widget view (an empty box, plus JavaScript from a CDN).
-In ``book/_config.yml``::
-
-    sphinx:
-      config:
-        nb_mime_priority_overrides:
-          - ["html", "application/vnd.jupyter.widget-view+json", null]
-          - ["latex", "application/vnd.jupyter.widget-view+json", null]
-        nb_ipywidgets_js: {}
-
-(``null`` removes the widget view from the candidates, so ``image/png`` is chosen.)
-
-JupyterLab 4 (jupyterlab_widgets 3) does *not* fall back by itself: a stored widget view whose model is gone
-(a notebook opened before its cells are run) shows an empty output, or "Error displaying widget: model not
-found", never the stored PNG (checked in headless Chromium). So
-notebooks saved with outputs should keep only the static picture: :func:`strip_widget_views` removes
-the widget view from every output that also holds ``image/png`` (running the cell brings the live
-widget back).
+The book shows the PNG too (``book/_config.yml``; ``tools/book.py`` builds it). JupyterLab 4 with
+jupyterlab_widgets 3 does *not* fall back by itself: a stored widget view whose model is gone shows an empty
+output, never the PNG, so chapters are stored without their widget views
+(:func:`tfm_lesson.course.strip_widget_views`, run by ``python -m tfm_lesson.course execute``).
 """
 from __future__ import annotations
 
@@ -44,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from . import viz
-from ._widget_display import widget_bundle
+from ._widget_display import WIDGET_VIEW, widget_bundle
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .masks import causal_mask, combine_masks
 from .positional import sinusoidal_table
@@ -52,11 +37,9 @@ from .recording import record_attention
 
 __all__ = [
     "Explorer", "temperature_explorer", "mask_explorer", "head_explorer", "positional_explorer",
-    "attention_explorer", "translate_widget", "sampling_widget", "strip_widget_views", "WIDGET_VIEW",
+    "attention_explorer", "translate_widget", "sampling_widget", "WIDGET_VIEW",
     "budget_explorer", "head_scores_explorer",
 ]
-
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 HIGHLIGHT = viz.HIGHLIGHT  # Okabe-Ito orange: frames the selected row / head / dimension
 TEXT_LIMIT = 300  # characters of typed text an explorer reads; the rest is cut, with a note
@@ -723,28 +706,6 @@ def sampling_widget(model: nn.Module, tokenizer, prompt: str = "The", max_new_to
     explorer.children = (*explorer.children, sample_box)
     explorer.sample_box = sample_box
     return explorer
-
-
-# ---------------------------------------------------------------------------------------------------------
-# saved notebooks
-def strip_widget_views(nb) -> int:
-    """Remove the live-widget view from stored outputs that also carry a static ``image/png`` (an explorer) or
-    ``text/html`` (a quiz), in place.
-
-    ``nb`` is a notebook (``nbformat.NotebookNode`` or the same dict). Returns how many outputs changed.
-    Call it on an executed chapter before saving it, so JupyterLab, GitHub and the book show the picture
-    instead of a dead widget; ``widgets`` state in the notebook metadata is dropped with them.
-    """
-    changed = 0
-    for cell in nb.get("cells", []):
-        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-            data = output.get("data", {})
-            if WIDGET_VIEW in data and ("image/png" in data or "text/html" in data):  # a static fallback
-                del data[WIDGET_VIEW]
-                changed += 1
-    if changed:
-        nb.get("metadata", {}).pop("widgets", None)
-    return changed
 
 
 # ---------------------------------------------------------------------------------------------------------
