@@ -205,7 +205,8 @@ def test_recipes_are_the_defaults_and_flags_override(tmp_path):
     parser = build_parser()
     run = resolve(parser.parse_args(["--task", "reverse"]), parser)
     recipe = RECIPES["reverse"]
-    for key in ("d_model", "heads", "num_layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "steps", "beam"):
+    for key in ("d_model", "heads", "num_layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "steps",
+                "beam"):
         assert run[key] == recipe[key], key
     run = resolve(parser.parse_args(["--task", "reverse", "--d-model", "32", "--minutes", "1"]), parser)
     assert run["d_model"] == 32 and run["minutes"] == 1 and run["steps"] is None  # --minutes alone: time decides

@@ -215,8 +215,8 @@ class AttentionOnly(nn.Module):
     def __init__(self, vocab_size: int, d_model: int = 64, heads: int = 4, num_layers: int = 2,
                  max_len: int = 64) -> None:
         super().__init__()
-        for value, name in ((vocab_size, "vocab_size"), (d_model, "d_model"), (heads, "heads"), (num_layers, "num_layers"),
-                            (max_len, "max_len")):
+        for value, name in ((vocab_size, "vocab_size"), (d_model, "d_model"), (heads, "heads"),
+                            (num_layers, "num_layers"), (max_len, "max_len")):
             check_positive_int(value, name)
         self.vocab_size, self.max_len = vocab_size, max_len
         self.embed = nn.Embedding(vocab_size, d_model)

@@ -4,8 +4,8 @@ A recipe is the settings measured for one task: the model's size (``model``, the
 :func:`tfm_lesson.training.make_model`), the training run (``train``: steps, batch size, warm-up steps, peak
 learning rate, keyword arguments of :func:`tfm_lesson.training.train`) and the beam for the test metrics.
 Chapter 10 trains ``reverse`` and ``numbers`` with them (chapter 12 reuses ``numbers``), chapter 11 ``sentences``;
-the command line (``python -m tfm_lesson.train --task X``) starts from them, the reference runs (:mod:`tfm_lesson.reference`)
-and the benchmarks use them.
+the command line (``python -m tfm_lesson.train --task X``) starts from them, the reference runs
+(:mod:`tfm_lesson.reference`) and the benchmarks use them.
 
     recipe = RECIPES["reverse"]
     model = make_model(data.src_vocab, data.tgt_vocab, **recipe["model"])

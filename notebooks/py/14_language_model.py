@@ -360,8 +360,8 @@ for t in range(4):
 # ## Train it
 #
 # The model: 2 blocks, $d_\text{model} = 64$, 4 heads, $d_{ff} = 256$, a context of `max_len` = 64 tokens, a
-# vocabulary of 512. Before training it knows nothing: its perplexity is about the vocabulary size, and its "text" is a string
-# of random tokens: single bytes (some of them pieces of a multi-byte character, drawn `�`) and pieces of words. The unigram baseline is computed from token counts alone.
+# vocabulary of 512. Before training it knows nothing: its perplexity is about the vocabulary size, and its
+# "text" is a string of random tokens: single bytes (some of them pieces of a multi-byte character, drawn `�`) and pieces of words. The unigram baseline is computed from token counts alone.
 
 # %%
 torch.manual_seed(0)
