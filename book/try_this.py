@@ -324,7 +324,7 @@ def chapter_14_longer() -> None:
     results = {}
     for steps in (250, 1000):
         torch.manual_seed(0)
-        model = GPT(GPTConfig(vocab_size=512, context=64, d_model=64, heads=4, d_ff=256, num_layers=2))
+        model = GPT(GPTConfig(vocab_size=512, max_len=64, d_model=64, heads=4, d_ff=256, num_layers=2))
         start = time.perf_counter()
         train_lm(model, data, steps=steps, batch_size=32, lr=3e-3, device="cpu", seed=0, threads=1)
         results[steps] = {"held_out_perplexity": round(perplexity(model, data.valid), 2),
@@ -375,7 +375,7 @@ def chapter_15_play() -> None:
     for name, d_model, prompt_len in (("chapter default", 64, 16), ("d_model=256", 256, 16),
                                       ("prompt 128", 64, 128)):
         torch.manual_seed(0)
-        cfg = T.GPTConfig(vocab_size=256, context=prompt_len + 128, d_model=d_model, heads=4, d_ff=4 * d_model,
+        cfg = T.GPTConfig(vocab_size=256, max_len=prompt_len + 128, d_model=d_model, heads=4, d_ff=4 * d_model,
                           num_layers=2)
         model = T.GPT(cfg).eval()
         prompt = torch.randint(0, cfg.vocab_size, (1, prompt_len))

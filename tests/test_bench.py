@@ -62,7 +62,7 @@ def test_quick_run_writes_report(tmp_path):
 
 def test_training_flops_formula():
     # one encoder and one decoder layer, d = 2, f = 4, S = T = 1, V = 3, batch 1: count by hand
-    c = TransformerConfig(src_vocab=3, tgt_vocab=3, d_model=2, heads=1, d_ff=4, num_encoder_layers=1,
+    c = TransformerConfig(src_vocab_size=3, tgt_vocab_size=3, d_model=2, heads=1, d_ff=4, num_encoder_layers=1,
                           num_decoder_layers=1)
     enc = 4 * 4 + 2 * 2 * 4 + 2 * 1 * 2  # projections, FFN, attention
     dec = 6 * 4 + 2 * 2 * 4 + 2 * 4 + 2 * 2 + 2 * 2  # self + cross Q/O, FFN, cross K/V, two attentions

@@ -46,7 +46,7 @@ from tfm_lesson.gpt import GPT
 from tfm_lesson.lm import prepare_lm_data, train_lm
 data = prepare_lm_data(load_corpus(max_chars=60_000), vocab_size=300)
 torch.manual_seed(0)
-model = GPT(vocab_size=data.vocab_size, context=64, d_model=32, heads=4, d_ff=64, num_layers=1)
+model = GPT(vocab_size=data.vocab_size, max_len=64, d_model=32, heads=4, d_ff=64, num_layers=1)
 history = train_lm(model, data, steps=30, batch_size=16, device="cpu")
 """
 

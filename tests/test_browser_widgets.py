@@ -26,7 +26,7 @@ from tfm_lesson import widgets
 from tfm_lesson.data import Vocab
 vocab = Vocab.build(["the cat sat on the mat", "a dog ran in the park", "le chat est assis sur le tapis"])
 torch.manual_seed(0)
-model = tfm_lesson.Transformer(src_vocab=len(vocab), tgt_vocab=len(vocab), d_model=32, heads=4, d_ff=64,
+model = tfm_lesson.Transformer(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), d_model=32, heads=4, d_ff=64,
                                num_encoder_layers=2, num_decoder_layers=2, dropout=0.0)
 def reverse_words(text):
     return " ".join(reversed(text.split()))

@@ -108,8 +108,8 @@ def test_cross_attention_keys_and_values_are_computed_once():
 # --- encoder-decoder ---------------------------------------------------------------------------------------------
 def _model(norm_first: bool = False, seed: int = 0, vocab: int = 13) -> T.Transformer:
     T.seed_everything(seed)
-    model = T.Transformer(src_vocab=vocab, tgt_vocab=vocab, d_model=32, heads=4, d_ff=64, num_encoder_layers=2,
-                          num_decoder_layers=2, dropout=0.1, max_len=64, norm_first=norm_first,
+    model = T.Transformer(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, heads=4, d_ff=64,
+                          num_encoder_layers=2, num_decoder_layers=2, dropout=0.1, max_len=64, norm_first=norm_first,
                           share_embeddings=False, tie_embeddings=False)
     with torch.no_grad():  # a random model whose rows differ: sharp logits, token embeddings that matter
         model.generator.weight.normal_(0, 1.0)
@@ -122,7 +122,7 @@ def _pick_eos(model: T.Transformer, src: torch.Tensor, max_len: int = 20) -> int
     free = greedy_decode(model, src, max_len, BOS, eos_id=-1)[:, 1:]  # never stops
     def spread(eos: int) -> int:
         return len({(row == eos).nonzero()[0].item() if (row == eos).any() else max_len for row in free})
-    return max(range(3, model.config.tgt_vocab), key=spread)
+    return max(range(3, model.config.tgt_vocab_size), key=spread)
 
 
 def _src(batch: int = 6, seed: int = 1, vocab: int = 13) -> torch.Tensor:
@@ -184,7 +184,7 @@ def test_greedy_stops_at_the_step_the_last_row_ended():
 def test_translate_same_with_and_without_cache():
     words = "a b c d e f g h i".split()
     vocab = Vocab.build([" ".join(words)])
-    model = T.Transformer(src_vocab=len(vocab), tgt_vocab=len(vocab), d_model=16, heads=2, d_ff=32,
+    model = T.Transformer(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), d_model=16, heads=2, d_ff=32,
                           num_encoder_layers=1, num_decoder_layers=1, max_len=64,
                           src_pad_id=vocab.pad_id, tgt_pad_id=vocab.pad_id)
     texts = ["a b c", "d e", "f g h i a"]
@@ -197,7 +197,7 @@ def test_translate_same_with_and_without_cache():
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_gpt_generate_token_identical(temperature):
     torch.manual_seed(0)
-    gpt = T.GPT(vocab_size=30, context=64, d_model=32, heads=4, d_ff=64, num_layers=2)
+    gpt = T.GPT(vocab_size=30, max_len=64, d_model=32, heads=4, d_ff=64, num_layers=2)
     idx = torch.randint(0, 30, (4, 5))
     a, b = (gpt.generate(idx, 40, temperature=temperature, use_cache=u, generator=torch.Generator().manual_seed(0))
             for u in (True, False))
@@ -267,7 +267,7 @@ def test_bench_generation_quick():
     assert result["same_tokens"] is True and result["new_tokens"] == 64
     assert set(result["tokens_per_s"]["cached"]) == {32} and len(result["ms_per_token"]["uncached"]) == 64
     assert all(v > 0 for v in result["tokens_per_s"]["uncached"].values())
-    gpt = T.GPT(vocab_size=20, context=16, d_model=16, heads=2, d_ff=32, num_layers=1)
+    gpt = T.GPT(vocab_size=20, max_len=16, d_model=16, heads=2, d_ff=32, num_layers=1)
     gpt.train()
     times, out = generation_step_times(gpt, torch.zeros(2, 3, dtype=torch.long), 5, use_cache=True)
     assert len(times) == 5 and out.shape == (2, 8) and gpt.training

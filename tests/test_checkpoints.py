@@ -25,7 +25,7 @@ def data():
 @pytest.fixture
 def model(data):
     torch.manual_seed(0)
-    return make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+    return make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32)
 
 
 def _save(path, model, data, **kw):
@@ -141,7 +141,7 @@ def test_untied_model_keeps_its_matrices(tmp_path, model, data):
     path = tmp_path / "m.pt"
     _save(path, model, data)
     size_once = path.stat().st_size
-    untied = make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32,
+    untied = make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32,
                         share_embeddings=False, tie_embeddings=False)
     _save(tmp_path / "u.pt", untied, data)
     raw = torch.load(tmp_path / "u.pt", weights_only=True)
@@ -219,3 +219,29 @@ def test_in_memory_round_trip_matches_file(tmp_path, model, data):
     _save(tmp_path / "m.pt", model, data)
     raw = torch.load(io.BytesIO((tmp_path / "m.pt").read_bytes()), weights_only=True)
     assert raw["format"] == "tfm_lesson/1" and raw["config"] == model.config.to_dict()
+
+
+def test_a_checkpoint_saved_before_the_rename_loads(tmp_path, model, data):
+    """The config once said src_vocab/tgt_vocab for the vocabulary sizes (and a GPT's config context, a run's
+    settings layers and context): those are read as today's names, so an older file still loads and resumes."""
+    from tfm_lesson.checkpoint import with_new_names
+
+    old = {"config": {"src_vocab": 10, "tgt_vocab": 12, "max_len": 512},
+           "extra": {"run": {"layers": 2, "context": 64, "d_model": 16}, "steps": 3},
+           "training": {"settings": {"context": 64, "steps": 9}, "step": 3}, "src_vocab": {"itos": ["<pad>"]}}
+    new = with_new_names(old)
+    assert new["config"] == {"src_vocab_size": 10, "tgt_vocab_size": 12, "max_len": 512}
+    assert new["extra"] == {"run": {"num_layers": 2, "max_len": 64, "d_model": 16}, "steps": 3}
+    assert new["training"]["settings"] == {"max_len": 64, "steps": 9}
+    assert new["src_vocab"] == {"itos": ["<pad>"]}  # the file's Vocab (a dict) keeps its name
+    assert with_new_names({"config": {"vocab_size": 5, "context": 32}})["config"] == {"vocab_size": 5, "max_len": 32}
+    # a whole file in the old form
+    path = tmp_path / "old.pt"
+    save_checkpoint(path, model, data.src_vocab, data.tgt_vocab, extra={"run": {"layers": 1}})
+    payload = torch.load(path, weights_only=True)
+    payload["config"] = {{"src_vocab_size": "src_vocab", "tgt_vocab_size": "tgt_vocab"}.get(k, k): v
+                         for k, v in payload["config"].items()}
+    torch.save(payload, path)
+    loaded, _, _, extra = load_checkpoint(path, device="cpu")
+    assert loaded.config == model.config and extra == {"run": {"num_layers": 1}}
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))

@@ -204,14 +204,14 @@ def test_top_p_one_must_keep_everything():
 
 
 # --- next-token windows ---------------------------------------------------------------------------------------
-def windows_reference(ids, starts, context):
-    x = torch.stack([ids[s: s + context] for s in starts.tolist()])
-    y = torch.stack([ids[s + 1: s + context + 1] for s in starts.tolist()])
+def windows_reference(ids, starts, max_len):
+    x = torch.stack([ids[s: s + max_len] for s in starts.tolist()])
+    y = torch.stack([ids[s + 1: s + max_len + 1] for s in starts.tolist()])
     return x, y
 
 
-def windows_gather(ids, starts, context):
-    w = ids[starts[:, None] + torch.arange(context + 1)]  # (batch, context + 1)
+def windows_gather(ids, starts, max_len):
+    w = ids[starts[:, None] + torch.arange(max_len + 1)]  # (batch, max_len + 1)
     return w[:, :-1], w[:, 1:]
 
 
@@ -227,7 +227,7 @@ def test_windows_reference_passes(fn, capsys):
     (lambda ids, s, c: (windows_reference(ids, s, c)[0], windows_reference(ids, s + 1, c)[1]), "shifted by two"),
     (lambda ids, s, c: windows_reference(ids, s + 1, c), "start one token off"),
     (lambda ids, s, c: (windows_reference(ids, s, c + 1)[0], windows_reference(ids, s, c + 1)[1]),
-     "must each hold `context`"),
+     "must each hold `max_len`"),
     (lambda ids, s, c: windows_reference(ids, s, c)[0], "return a pair (x, y)"),
 ])
 def test_windows_mistakes(fn, hint):

@@ -41,8 +41,8 @@ def formula(c):
     mha = 4 * d * d + 4 * d
     ff = 2 * d * f + f + d
     n = c.num_encoder_layers * (mha + ff + 4 * d) + c.num_decoder_layers * (2 * mha + ff + 6 * d)
-    n += c.src_vocab * d + (0 if c.share_embeddings else c.tgt_vocab * d)
-    return n + (0 if c.tie_embeddings else c.tgt_vocab * d)
+    n += c.src_vocab_size * d + (0 if c.share_embeddings else c.tgt_vocab_size * d)
+    return n + (0 if c.tie_embeddings else c.tgt_vocab_size * d)
 
 
 def test_references_pass(capsys):
@@ -109,7 +109,7 @@ def test_tie_mistakes():
 
 def test_parameter_count_mistakes():
     def tied_twice(c):
-        return formula(c) + (c.tgt_vocab * c.d_model if c.tie_embeddings else 0)
+        return formula(c) + (c.tgt_vocab_size * c.d_model if c.tie_embeddings else 0)
 
     def no_cross(c):
         return formula(c) - c.num_decoder_layers * (4 * c.d_model ** 2 + 4 * c.d_model)

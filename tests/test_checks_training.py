@@ -225,7 +225,7 @@ def test_loop_from_the_pieces_gives_trains_losses():
 
     data = load_task("reverse", seed=0, n_train=3000, n_valid=10, n_test=10)
     seed_everything(0)
-    model_a = make_model(data.src_vocab, data.tgt_vocab, d_model=32, heads=4, layers=2, d_ff=64, dropout=0.0)
+    model_a = make_model(data.src_vocab, data.tgt_vocab, d_model=32, heads=4, num_layers=2, d_ff=64, dropout=0.0)
     model_b = copy.deepcopy(model_a)
     theirs = train(model_a, dataclasses.replace(data, valid=[]), steps=20, batch_size=64, warmup=10, peak_lr=3e-3,
                    device="cpu", seed=0, amp=False, progress=False)

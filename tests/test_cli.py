@@ -17,7 +17,7 @@ from tfm_lesson.train import main as train_main
 from tfm_lesson.training import load_checkpoint
 from tfm_lesson.translate import main as translate_main
 
-TINY = ["--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64", "--batch-size", "16",
+TINY = ["--d-model", "32", "--heads", "2", "--num-layers", "1", "--d-ff", "64", "--batch-size", "16",
         "--eval-limit", "10", "--test-limit", "20", "--threads", "1", "--no-progress"]
 
 
@@ -46,7 +46,7 @@ def test_train_copy_then_translate(tmp_path):
     assert "step 8: valid loss" in proc.stdout  # progress reported
     assert (out / "model.pt").is_file()
     model, src_vocab, tgt_vocab, extra = load_checkpoint(out / "model.pt", device="cpu")
-    assert extra["steps"] == 8 and len(src_vocab) == model.config.src_vocab
+    assert extra["steps"] == 8 and len(src_vocab) == model.config.src_vocab_size
     tr = _run(["-m", "tfm_lesson.translate", str(out / "model.pt"), "1 2 3", "4 5 6 7", "--beam", "2"], tmp_path)
     assert len(tr.stdout.splitlines()) == 2  # one line per sentence (an untrained model may print empty ones)
 
@@ -191,7 +191,8 @@ def test_over_long_tsv_pairs_are_dropped_at_load(tmp_path, capsys):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "run"
     args = ["--tsv", str(path), "--max-len", "16", "--steps", "2", "--device", "cpu", "--out", str(out),
-            "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32", "--batch-size", "8", "--no-progress"]
+            "--d-model", "16", "--heads", "2", "--num-layers", "1", "--d-ff", "32", "--batch-size", "8",
+            "--no-progress"]
     assert train_main(args) == 0
     stdout = capsys.readouterr().out
     assert f"data: dropped 1 pair(s) of {path} longer than --max-len 16 positions" in stdout
@@ -204,7 +205,8 @@ def test_recipes_are_the_defaults_and_flags_override(tmp_path):
     parser = build_parser()
     run = resolve(parser.parse_args(["--task", "reverse"]), parser)
     recipe = RECIPES["reverse"]
-    for key in ("d_model", "heads", "layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "steps", "beam"):
+    for key in ("d_model", "heads", "num_layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "steps",
+                "beam"):
         assert run[key] == recipe[key], key
     run = resolve(parser.parse_args(["--task", "reverse", "--d-model", "32", "--minutes", "1"]), parser)
     assert run["d_model"] == 32 and run["minutes"] == 1 and run["steps"] is None  # --minutes alone: time decides
@@ -274,8 +276,8 @@ def test_resume_after_the_tsv_file_changed_is_a_usage_error(tmp_path, capsys):
     path = tmp_path / "pairs.tsv"
     path.write_text("".join(f"w{i} w{i + 1}\tm{i} m{i + 1}\n" for i in range(30)), encoding="utf-8")
     out = tmp_path / "run"
-    small = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32", "--batch-size", "8", "--no-progress",
-             "--test-limit", "2", "--eval-limit", "2"]
+    small = ["--d-model", "16", "--heads", "2", "--num-layers", "1", "--d-ff", "32", "--batch-size", "8",
+             "--no-progress", "--test-limit", "2", "--eval-limit", "2"]
     assert train_main(["--tsv", str(path), "--steps", "2", "--device", "cpu", "--out", str(out), *small]) == 0
     capsys.readouterr()
     path.write_text("".join(f"w{i} w{i + 2}\tm{i} m{i + 2}\n" for i in range(30)), encoding="utf-8")  # edited

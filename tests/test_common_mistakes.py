@@ -288,7 +288,7 @@ def seed_tgt_mask(tokens, pad_id):
 
 def test_learned_positions():
     check_learned_positional_encoding(SeedLearnedPositions)
-    model = Transformer(src_vocab=11, tgt_vocab=11, d_model=8, heads=2, d_ff=16, num_encoder_layers=1,
+    model = Transformer(src_vocab_size=11, tgt_vocab_size=11, d_model=8, heads=2, d_ff=16, num_encoder_layers=1,
                         num_decoder_layers=1, max_len=12, positional="learned")
     assert isinstance(model.positional, tfm_lesson.LearnedPositionalEncoding)
 
@@ -309,7 +309,7 @@ def test_separate_projections_pass():
 def test_masks_from_pad_ids():
     check_decoder_mask(seed_tgt_mask)
     check_padding_mask(padding_mask)
-    model = Transformer(src_vocab=11, tgt_vocab=11, d_model=8, heads=2, d_ff=16, num_encoder_layers=1,
+    model = Transformer(src_vocab_size=11, tgt_vocab_size=11, d_model=8, heads=2, d_ff=16, num_encoder_layers=1,
                         num_decoder_layers=1, dropout=0.0).eval()
     src = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]])
     tgt = torch.tensor([[1, 4, 4, 0, 0], [1, 5, 5, 5, 2]])
@@ -323,7 +323,7 @@ def test_masks_from_pad_ids():
 def test_pre_norm_with_log_prob_generator():
     check_generator(LogProbGenerator)
     check_encoder_layer(EncoderLayer)  # covers norm_first=True
-    model = Transformer(src_vocab=11, tgt_vocab=11, d_model=8, heads=2, d_ff=16, num_encoder_layers=1,
+    model = Transformer(src_vocab_size=11, tgt_vocab_size=11, d_model=8, heads=2, d_ff=16, num_encoder_layers=1,
                         num_decoder_layers=1, dropout=0.0, norm_first=True).eval()
     assert model.encoder.norm is not None
     src, tgt = torch.tensor([[5, 6, 7]]), torch.tensor([[1, 4, 4, 2]])

@@ -13,7 +13,7 @@ BOS, EOS, PAD = 1, 2, 0
 
 def _model(seed: int = 0, vocab: int = 13) -> Transformer:
     seed_everything(seed)
-    model = Transformer(src_vocab=vocab, tgt_vocab=vocab, d_model=32, heads=4, d_ff=64, num_encoder_layers=2,
+    model = Transformer(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, heads=4, d_ff=64, num_encoder_layers=2,
                         num_decoder_layers=2, dropout=0.1, max_len=64)
     with torch.no_grad():  # a sharper, less uniform random model: decisions are not all ties
         model.generator.weight.mul_(3.0)

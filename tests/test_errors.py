@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tfm_lesson as T
+from tfm_lesson.training import make_model
 
 
 def test_d_model_not_divisible_by_heads():
@@ -30,7 +31,7 @@ def test_mismatched_feature_sizes():
 
 
 def _small(**overrides) -> T.Transformer:
-    config = dict(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
+    config = dict(src_vocab_size=20, tgt_vocab_size=20, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
                   num_decoder_layers=1, max_len=10, dropout=0.0)
     return T.Transformer(**{**config, **overrides}).eval()
 
@@ -57,10 +58,22 @@ def test_sequence_longer_than_the_positional_table():
 def test_bad_config_values():
     with pytest.raises(ValueError, match=r"positional must be 'sinusoidal' or 'learned'"):
         T.TransformerConfig(positional="rotary")
-    with pytest.raises(ValueError, match=r"share_embeddings=True needs src_vocab == tgt_vocab"):
-        T.TransformerConfig(src_vocab=10, tgt_vocab=12)
+    with pytest.raises(ValueError, match=r"share_embeddings=True needs src_vocab_size == tgt_vocab_size"):
+        T.TransformerConfig(src_vocab_size=10, tgt_vocab_size=12)
+
+
+@pytest.mark.parametrize("make, old, new", [
+    (lambda: T.TransformerConfig(src_vocab=10, tgt_vocab_size=10), "src_vocab", "src_vocab_size"),
+    (lambda: T.Transformer(tgt_vocab=10), "tgt_vocab", "tgt_vocab_size"),
+    (lambda: T.GPTConfig(vocab_size=10, context=8, d_model=8, heads=2, d_ff=8, num_layers=1), "context", "max_len"),
+    (lambda: T.GPT(vocab_size=10, context=8, d_model=8, heads=2, d_ff=8, num_layers=1), "context", "max_len"),
+    (lambda: make_model(None, None, layers=2), "layers", "num_layers")])
+def test_an_old_keyword_names_the_new_one(make, old, new):
+    """Keywords renamed for one name per concept: the old spelling is refused, naming today's."""
+    with pytest.raises(TypeError, match=rf"got the keyword {old}=, which is now called {new}="):
+        make()
     with pytest.raises(ValueError, match=r"src_pad_id must be an id in \[0, 10\)"):
-        T.TransformerConfig(src_vocab=10, tgt_vocab=10, src_pad_id=10)
+        T.TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, src_pad_id=10)
 
 
 # the unclear cases a careless user found: each now gets a clear error, or the same numbers as the explicit path -------

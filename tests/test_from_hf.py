@@ -77,7 +77,7 @@ def _build(name: str) -> nn.Module:
 def _tokens(model, batch=3, length=None, seed=1):
     c = hf_config(model)
     gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, c.vocab_size, (batch, length or c.context), generator=gen)
+    return torch.randint(0, c.vocab_size, (batch, length or c.max_len), generator=gen)
 
 
 @pytest.mark.parametrize("name", [*GPT2_CONFIGS, *LLAMA_CONFIGS])

@@ -10,7 +10,7 @@ from tfm_lesson.gpt import GPTBlock, _make_attention, _make_feed_forward, _make_
 
 def small(**overrides) -> T.GPT:
     torch.manual_seed(0)
-    cfg = dict(vocab_size=40, context=48, d_model=32, heads=4, d_ff=64, num_layers=2)
+    cfg = dict(vocab_size=40, max_len=48, d_model=32, heads=4, d_ff=64, num_layers=2)
     return T.GPT(T.GPTConfig(**{**cfg, **overrides}))
 
 
@@ -27,7 +27,7 @@ def test_shapes_and_defaults():
 
 
 def test_keyword_config_and_post_norm_has_no_final_norm():
-    model = T.GPT(vocab_size=10, context=8, d_model=8, heads=2, d_ff=16, num_layers=1, norm_first=False)
+    model = T.GPT(vocab_size=10, max_len=8, d_model=8, heads=2, d_ff=16, num_layers=1, norm_first=False)
     assert model.norm is None
     assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 10)
 
@@ -115,19 +115,19 @@ def test_generator_makes_samples_reproducible():
     ("norm", "batch", ValueError, r"norm must be one of"),
     ("heads", 5, ValueError, r"d_model=32 must be divisible by heads=5"),
     ("kv_heads", 3, ValueError, r"heads=4 must be divisible by kv_heads=3"),
-    ("context", 0, ValueError, r"context must be a positive int"),
+    ("max_len", 0, ValueError, r"max_len must be a positive int"),
     ("dropout", 1.0, ValueError, r"dropout must be a float in \[0, 1\)"),
     ("eps", 0.0, ValueError, r"eps must be a positive number"),
     ("rope_theta", -1.0, ValueError, r"rope_theta must be a positive number"),
 ])
 def test_config_errors(field, value, error, match):
-    cfg = dict(vocab_size=40, context=48, d_model=32, heads=4, d_ff=64, num_layers=2)
+    cfg = dict(vocab_size=40, max_len=48, d_model=32, heads=4, d_ff=64, num_layers=2)
     with pytest.raises(error, match=match):
         T.GPTConfig(**{**cfg, field: value})
 
 
 def test_factories_name_what_is_not_implemented():
-    cfg = T.GPTConfig(vocab_size=40, context=48, d_model=32, heads=4, d_ff=64, num_layers=2)
+    cfg = T.GPTConfig(vocab_size=40, max_len=48, d_model=32, heads=4, d_ff=64, num_layers=2)
     for field, factory in (("norm", _make_norm), ("activation", _make_feed_forward),
                            ("positional", _make_positional)):
         bad = T.GPTConfig(**cfg.to_dict())
@@ -149,10 +149,10 @@ def test_input_errors():
         model(torch.tensor([[1, 2]], dtype=torch.uint8))
     with pytest.raises(ValueError, match=r"shaped \(batch, seq_len\)"):
         model(torch.tensor([1, 2]))
-    with pytest.raises(ValueError, match=r"49 tokens, more than the context of 48"):
+    with pytest.raises(ValueError, match=r"49 tokens, more than the context of max_len=48"):
         model(torch.zeros(1, 49, dtype=torch.long))
     with pytest.raises(ValueError, match=r"prompt \(40 tokens\) plus max_new_tokens=9 is 49 positions, more than "
-                                         r"the context of 48"):
+                                         r"the context of max_len=48"):
         model.generate(torch.zeros(1, 40, dtype=torch.long), 9)
     with pytest.raises(ValueError, match=r"more than the context"):
         model.generate(torch.zeros(1, 40, dtype=torch.long), 9, use_cache=False)  # the same rule without a cache
@@ -182,14 +182,14 @@ def test_cache_errors():
     model2 = small()
     cache = model2.new_cache()
     model2(torch.zeros(1, 40, dtype=torch.long), cache)
-    with pytest.raises(ValueError, match=r"after 40 cached, more than the context of 48"):
+    with pytest.raises(ValueError, match=r"after 40 cached, more than the context of max_len=48"):
         model2(torch.zeros(1, 9, dtype=torch.long), cache)
 
 
 def test_factory_errors_list_every_option_there_is():
     from tfm_lesson import gpt
 
-    config = gpt.GPTConfig(vocab_size=10, context=8, d_model=8, heads=2, d_ff=16, num_layers=1)
+    config = gpt.GPTConfig(vocab_size=10, max_len=8, d_model=8, heads=2, d_ff=16, num_layers=1)
     for field, factory, kinds in (("norm", gpt._make_norm, gpt.NORM_KINDS),
                                   ("activation", gpt._make_feed_forward, gpt.ACTIVATION_KINDS),
                                   ("positional", gpt._make_positional, gpt.POSITIONAL_KINDS)):

@@ -370,7 +370,7 @@ def test_seeded_run_is_bit_identical_on_a_fixed_device(device):
 
     def run() -> list[torch.Tensor]:
         seed_everything(0, deterministic=device.type == "cuda")
-        model = Transformer(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
+        model = Transformer(src_vocab_size=20, tgt_vocab_size=20, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
                             num_decoder_layers=1, max_len=16, dropout=0.1).to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         src = torch.randint(1, 20, (4, 7)).to(device)  # drawn on the CPU: the same numbers on any device

@@ -98,7 +98,7 @@ def aligned_data():
     src_vocab = Vocab.build([p.en for p in pairs])
     tgt_vocab = Vocab.build([p.fr for p in pairs])
     torch.manual_seed(0)
-    model = make_model(src_vocab, tgt_vocab, d_model=32, heads=2, layers=2, d_ff=64, dropout=0.0)
+    model = make_model(src_vocab, tgt_vocab, d_model=32, heads=2, num_layers=2, d_ff=64, dropout=0.0)
     return model, pairs, src_vocab, tgt_vocab
 
 
@@ -187,7 +187,7 @@ def test_scores_on_ideal_maps():
 
 def test_attention_only_model_shapes_and_errors():
     torch.manual_seed(0)
-    m = AttentionOnly(12, d_model=16, heads=2, layers=2, max_len=11)
+    m = AttentionOnly(12, d_model=16, heads=2, num_layers=2, max_len=11)
     x = repeated_tokens(2, 5, 12)
     assert m(x).shape == (2, 11, 12)
     assert [n for n, _ in attention_modules(m)] == ["layers.0.attn", "layers.1.attn"]
@@ -212,7 +212,7 @@ def test_induction_heads_form_in_a_short_run():
 
 def _grow_induction_heads():
     torch.manual_seed(0)
-    m = AttentionOnly(32, d_model=32, heads=2, layers=2, max_len=25)
+    m = AttentionOnly(32, d_model=32, heads=2, num_layers=2, max_len=25)
     opt = torch.optim.Adam(m.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(1)
     for step in range(600):
@@ -233,7 +233,7 @@ def _grow_induction_heads():
 
 def test_ablation_and_patching_by_hand():
     torch.manual_seed(0)
-    m = AttentionOnly(10, d_model=8, heads=2, layers=2, max_len=7).eval()
+    m = AttentionOnly(10, d_model=8, heads=2, num_layers=2, max_len=7).eval()
     clean = repeated_tokens(2, 3, 10, torch.Generator().manual_seed(0))
     corrupted = repeated_tokens(2, 3, 10, torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -268,7 +268,7 @@ def test_ablation_and_patching_by_hand():
     (dict(layer=2, head=0), "layer must be"), (dict(layer="nope", head=0), "not an attention module"),
     (dict(layer=0, head=2), "head must be"), (dict(layer=0, head=0, positions=[9]), "positions")])
 def test_intervention_errors(kwargs, match):
-    m = AttentionOnly(10, d_model=8, heads=2, layers=2, max_len=7)
+    m = AttentionOnly(10, d_model=8, heads=2, num_layers=2, max_len=7)
     x = repeated_tokens(1, 3, 10)
     with pytest.raises(ValueError, match=match):
         patch_head(m, x, x, **kwargs)

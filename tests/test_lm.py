@@ -23,9 +23,9 @@ def data() -> LMData:
     return prepare_lm_data(load_corpus(text=TEXT), vocab_size=300)
 
 
-def tiny_gpt(vocab_size: int, context: int = 16, seed: int = 0) -> GPT:
+def tiny_gpt(vocab_size: int, max_len: int = 16, seed: int = 0) -> GPT:
     torch.manual_seed(seed)
-    return GPT(vocab_size=vocab_size, context=context, d_model=32, heads=4, d_ff=64, num_layers=2)
+    return GPT(vocab_size=vocab_size, max_len=max_len, d_model=32, heads=4, d_ff=64, num_layers=2)
 
 
 # ------------------------------------------------------------------------------------------------ corpus
@@ -70,7 +70,7 @@ def test_load_corpus_from_a_file(tmp_path):
 
 def test_random_windows_are_next_token_pairs():
     ids = torch.arange(100, 200)
-    x, y = random_windows(ids, batch_size=8, context=10, generator=torch.Generator().manual_seed(0))
+    x, y = random_windows(ids, batch_size=8, max_len=10, generator=torch.Generator().manual_seed(0))
     assert x.shape == y.shape == (8, 10) and x.dtype == torch.long
     assert torch.equal(y, x + 1)  # every target is the token right after its input
     assert torch.equal(x[:, 1:], y[:, :-1])
@@ -83,7 +83,7 @@ def test_random_windows_are_next_token_pairs():
 
 @pytest.mark.parametrize("args, words", [
     ((torch.arange(10), 2, 10), "too few"), ((torch.zeros(2, 20, dtype=torch.long), 2, 3), "1-D"),
-    ((torch.arange(50), 0, 3), "batch_size"), ((torch.arange(50), 2, -1), "context")])
+    ((torch.arange(50), 0, 3), "batch_size"), ((torch.arange(50), 2, -1), "max_len")])
 def test_random_windows_errors(args, words):
     with pytest.raises(ValueError, match=words):
         random_windows(*args)
@@ -103,10 +103,10 @@ def test_unigram_perplexity_by_hand():
 class ConstantLM(nn.Module):
     """Always the same logits: perplexity exp(cross-entropy) is known in closed form."""
 
-    def __init__(self, logits: torch.Tensor, context: int) -> None:
+    def __init__(self, logits: torch.Tensor, max_len: int) -> None:
         super().__init__()
         self.logits = nn.Parameter(logits)
-        self.config = type("Config", (), {"context": context})()
+        self.config = type("Config", (), {"max_len": max_len})()
 
     def forward(self, idx):
         return self.logits.expand(*idx.shape, -1)
@@ -164,8 +164,8 @@ def test_training_arguments(data):
         train_lm(model, data, steps=0)
     with pytest.raises(ValueError, match="only 256"):
         train_lm(tiny_gpt(256), data, steps=1)
-    with pytest.raises(ValueError, match="longer than the model's context"):
-        train_lm(model, data, steps=1, context=17)
+    with pytest.raises(ValueError, match="longer than the model's max_len"):
+        train_lm(model, data, steps=1, max_len=17)
     with pytest.raises(TypeError, match="LMData"):
         train_lm(model, data.train, steps=1)
 
@@ -223,7 +223,7 @@ def test_prepare_lm_data_accepts_a_trained_tokenizer(data):
 def test_sampling_widget_renders_and_reacts(data):
     from tfm_lesson.widgets import sampling_widget
 
-    model = tiny_gpt(data.vocab_size, context=64)
+    model = tiny_gpt(data.vocab_size, max_len=64)
     w = sampling_widget(model, data.tokenizer, "the small", max_new_tokens=20)
     assert w.error == "" and w.png and "image/png" in w._repr_mimebundle_()  # the static fallback
     first_png, first_text = w.png, w.sample_box.value

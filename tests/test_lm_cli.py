@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from conftest import call_main as call  # in this process (fast; the subprocess tests check the real thing)
 
-TINY = ["--d-model", "32", "--heads", "4", "--layers", "1", "--d-ff", "64", "--batch-size", "8", "--context", "32",
+TINY = ["--d-model", "32", "--heads", "4", "--num-layers", "1", "--d-ff", "64", "--batch-size", "8", "--max-len", "32",
         "--no-progress", "--threads", "1"]
 TEXT = "".join(f"the {a} {b} sat on the {c}.\n" for a in ("small", "big", "red") for b in ("cat", "dog", "hen")
                for c in ("mat", "log", "hat", "rug")) * 5
@@ -63,7 +63,7 @@ def test_generate_continues_the_prompt(own_text_run):
     (["--top-p", "0"], "--top-p must be in (0, 1]"), (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
     (["--top-k", "0"], "--top-k must be >= 1"), (["--temperature", "-1"], "--temperature must be"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
-    (["--max-new-tokens", "500"], "more than the model's context of 32"),
+    (["--max-new-tokens", "500"], "more than the model's context of max_len=32"),
     (["--samples", "0"], "--samples must be >= 1")])
 def test_generate_usage_errors(own_text_run, flags, words, capsys):
     from tfm_lesson.generate import main
@@ -83,12 +83,12 @@ def test_generate_rejects_a_missing_or_foreign_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--vocab-size", "100"], "--vocab-size must be at least 256"), (["--context", "1"], "--context must be"),
+    (["--vocab-size", "100"], "--vocab-size must be at least 256"), (["--max-len", "1"], "--max-len must be >= 2"),
     (["--heads", "3"], "divisible by --heads"), (["--steps", "0"], "--steps must be >= 1"),
     (["--device", "nonsense"], "--device"), (["--warmup", "-1"], "--warmup must be >= 0"),
     (["--resume", "x.pt"], "--resume: no checkpoint at"), (["--smoothing", "0.2"], "--smoothing: only for translation"),
     (["--beam", "2"], "--beam: only for translation"), (["--tokenizer", "chars"], "--tokenizer: only for translation"),
-    (["--max-len", "1"], "--max-len: only for translation"), (["--threads", "0"], "--threads must be >= 1"),
+    (["--threads", "0"], "--threads must be >= 1"),
     (["--eval-every", "-1"], "--eval-every must be >= 1"), (["--peak-lr", "nan"], "--peak-lr must be a finite")])
 def test_train_lm_usage_errors(tmp_path, flags, words, capsys):
     from tfm_lesson.train import main

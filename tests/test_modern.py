@@ -296,7 +296,7 @@ def test_gqa_with_cache_equals_full_forward_and_stores_kv_heads(heads, kv_heads)
     mha = GroupedQueryAttention(64, heads, heads, rotary=RotaryEmbedding(64 // heads)).eval()
     mha(x, x, x, causal, cache=mha_cache)
     assert mha_cache.nbytes == (heads // kv_heads) * cache.nbytes
-    assert cache.nbytes == kv_cache_nbytes(batch=2, length=10, layers=1, kv_heads=kv_heads, d_k=64 // heads)
+    assert cache.nbytes == kv_cache_nbytes(batch=2, length=10, num_layers=1, kv_heads=kv_heads, d_k=64 // heads)
 
 
 def test_gqa_without_offset_is_wrong_with_a_cache():
@@ -397,7 +397,7 @@ def test_ablation_runs_end_to_end():
     from tfm_lesson.ablation import VARIANTS, run_ablation, summarise
 
     results = run_ablation(seeds=(0, 1), steps=2, batch_size=2, eval_tokens=200, variants=VARIANTS[:2], log=None,
-                           context=8, d_model=16, heads=2, d_ff=32, num_layers=1)
+                           max_len=8, d_model=16, heads=2, d_ff=32, num_layers=1)
     assert len(results["runs"]) == 4 and len(summarise(results)) == 2
     assert results["settings"]["unigram_loss"] > 0
 

@@ -133,7 +133,7 @@ def test_nn_transformer_round_trip(device, parity, no_torch_fastpath):
 def test_transformer_stacks_match_nn_transformer(device, parity, no_torch_fastpath, norm_first):
     """The full model: our embeddings + generator around nn.Transformer's stacks give our logits."""
     torch.manual_seed(9)
-    model = T.Transformer(T.TransformerConfig(src_vocab=30, tgt_vocab=30, d_model=32, heads=4, d_ff=64,
+    model = T.Transformer(T.TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, heads=4, d_ff=64,
                                               num_encoder_layers=2, num_decoder_layers=2, dropout=0.0,
                                               norm_first=norm_first)).to(device).eval()
     theirs = T.to_torch(model).eval()
@@ -161,7 +161,7 @@ def test_base_model_parameter_count_is_the_papers():
 
 def test_state_dict_round_trip(device, tmp_path):
     torch.manual_seed(10)
-    cfg = T.TransformerConfig(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
+    cfg = T.TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
                               num_decoder_layers=1)
     model = T.Transformer(cfg).to(device).eval()
     torch.save(model.state_dict(), tmp_path / "m.pt")
@@ -174,7 +174,7 @@ def test_state_dict_round_trip(device, tmp_path):
 
 def test_transformer_builds_masks_from_pad_ids(device):
     torch.manual_seed(11)
-    model = T.Transformer(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
+    model = T.Transformer(src_vocab_size=20, tgt_vocab_size=20, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
                           num_decoder_layers=1, dropout=0.0).to(device).eval()
     src = torch.tensor([[5, 6, 7, 0, 0]], device=device)
     tgt = torch.tensor([[1, 4, 9]], device=device)

@@ -1,5 +1,5 @@
 """One home per fact: the training recipes are written once, in tfm_lesson/recipes.py, and read by the command
-line, the reference runs, the benchmarks and chapters 10 and 11."""
+line, the reference runs, the benchmarks and chapters 10, 11 and 12."""
 from __future__ import annotations
 
 import re
@@ -17,7 +17,7 @@ from tfm_lesson.recipes import RECIPES, recipe
 
 PAIR = re.compile(r"""["']?\b([a-z_]+)["']?\s*[=:]\s*([0-9][0-9.e+-]*)\b""")
 READERS = sorted(p for p in (ROOT / "tfm_lesson").rglob("*.py") if p.name != "recipes.py") + sorted(
-    (ROOT / "notebooks" / "py").glob("1[01]_*.py")) + [ROOT / "tools" / "bench.py", ROOT / "book" / "try_this.py"]
+    (ROOT / "notebooks" / "py").glob("1[012]_*.py")) + [ROOT / "tools" / "bench.py", ROOT / "book" / "try_this.py"]
 
 
 def _number(text: str):
@@ -51,7 +51,7 @@ def test_no_recipe_literal_outside_the_table():
 
 
 def test_the_test_above_can_fail():
-    line = "model = make_model(v, v, d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0)"
+    line = "model = make_model(v, v, d_model=64, heads=4, num_layers=2, d_ff=128, dropout=0.0)"
     pairs = {k: _number(v) for k, v in PAIR.findall(line)}
     assert sum(pairs.get(k) == float(v) for k, v in RECIPES["reverse"]["model"].items()) == 5
 

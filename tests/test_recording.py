@@ -12,7 +12,7 @@ HEADS, ENC, DEC = 2, 2, 3
 
 def _model(device: torch.device) -> Transformer:
     torch.manual_seed(0)
-    model = Transformer(src_vocab=20, tgt_vocab=20, d_model=16, heads=HEADS, d_ff=32, num_encoder_layers=ENC,
+    model = Transformer(src_vocab_size=20, tgt_vocab_size=20, d_model=16, heads=HEADS, d_ff=32, num_encoder_layers=ENC,
                         num_decoder_layers=DEC, dropout=0.0).to(device)
     return model.eval()
 

@@ -115,7 +115,7 @@ def test_plot_draws_band_and_curve():
 
 def test_regenerate_command(tmp_path, monkeypatch):
     tiny = dict(RECIPES["reverse"], train=dict(steps=20, batch_size=32, warmup=5, peak_lr=3e-3, eval_every=20),
-                model=dict(d_model=16, heads=2, layers=1, d_ff=32, dropout=0.0))
+                model=dict(d_model=16, heads=2, num_layers=1, d_ff=32, dropout=0.0))
     monkeypatch.setitem(RECIPES, "reverse", tiny)
     out = tmp_path / "reverse.json"
     reference.main(["--task", "reverse", "--out", str(out)])

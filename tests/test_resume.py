@@ -26,7 +26,7 @@ def data():
 
 def _model(data, dropout=0.1):
     torch.manual_seed(0)
-    return make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32, dropout=dropout)
+    return make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32, dropout=dropout)
 
 
 SETTINGS = dict(batch_size=16, warmup=4, peak_lr=3e-3, seed=3, eval_every=4, eval_limit=4)
@@ -107,7 +107,7 @@ def test_resume_refuses_another_run(tmp_path, data):
     other = load_task("copy", n_train=100, n_valid=8, n_test=8, min_len=3, max_len=6, vocab_size=8, seed=1)
     with pytest.raises(ValueError, match="training pairs differ"):
         train(_model(other), other, steps=4, resume=path, **SETTINGS, **QUIET)
-    bigger = make_model(data.src_vocab, data.tgt_vocab, d_model=32, heads=2, layers=1, d_ff=32)
+    bigger = make_model(data.src_vocab, data.tgt_vocab, d_model=32, heads=2, num_layers=1, d_ff=32)
     with pytest.raises(ValueError, match="config differs.*d_model=32 here, 16 there"):
         train(bigger, data, steps=4, resume=path, **SETTINGS, **QUIET)
     plain = tmp_path / "plain.pt"
@@ -151,7 +151,7 @@ def test_divergence_keeps_the_last_good_checkpoint(tmp_path, data):
 
 
 def test_pairs_too_long_for_the_model_are_refused_before_training(data):
-    model = make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32, max_len=5)
+    model = make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32, max_len=5)
     with pytest.raises(ValueError, match=r"pair\(s\) need more than the model's max_len=5"):
         train(model, data, steps=1, **QUIET)
 
@@ -223,7 +223,7 @@ def spy(pairs, *a, **k):
     return real(pairs, *a, **k)
 batching.make_batch = spy
 data = load_task("copy", n_train=100, n_valid=8, n_test=8, min_len=3, max_len=6, vocab_size=8)
-model = make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+model = make_model(data.src_vocab, data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32)
 train(model, data, steps=5, batch_size=16, seed=3, device="cpu", progress=False, log=lambda m: None,
       eval_every=None, eval_limit=1)
 with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as fh:

@@ -17,7 +17,7 @@ from tfm_lesson.tokenizer import BPETokenizer
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     tokenizer = BPETokenizer().train("abc abd abe " * 20, 260)
-    model = GPT(GPTConfig(vocab_size=len(tokenizer), context=8, d_model=16, heads=2, d_ff=32, num_layers=1))
+    model = GPT(GPTConfig(vocab_size=len(tokenizer), max_len=8, d_model=16, heads=2, d_ff=32, num_layers=1))
     path = tmp_path_factory.mktemp("lm") / "lm.pt"
     save_lm(path, model, tokenizer)
     return path, model, tokenizer

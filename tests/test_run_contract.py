@@ -16,12 +16,12 @@ from tfm_lesson.train import main as train_main
 
 TEXT = "".join(f"the {a} {b} sat on the {c}.\n" for a in ("small", "big", "red") for b in ("cat", "dog", "hen")
                for c in ("mat", "log", "hat", "rug")) * 5
-COMMON = ["--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64", "--batch-size", "8", "--threads", "1",
+COMMON = ["--d-model", "32", "--heads", "2", "--num-layers", "1", "--d-ff", "64", "--batch-size", "8", "--threads", "1",
           "--no-progress", "--device", "cpu"]
 TASKS = {
     "translation": dict(argv=["--task", "copy", "--test-limit", "5", "--eval-limit", "5"], file="model.pt",
                         foreign=["--vocab-size", "300"], other="a language model"),
-    "lm": dict(argv=["--vocab-size", "300", "--context", "16"], file="lm.pt", foreign=["--smoothing", "0.2"],
+    "lm": dict(argv=["--vocab-size", "300", "--max-len", "16"], file="lm.pt", foreign=["--smoothing", "0.2"],
                other="translation runs"),
 }
 
@@ -47,6 +47,22 @@ def no_training(monkeypatch):
     monkeypatch.setattr(GuardedRun, "run", refuse)
 
 
+def _write_old_names(path, name):
+    """Rewrite a saved run with the names used before the rename (config src_vocab/tgt_vocab or a GPT's context;
+    the run's layers and, for a language model, context), as a run saved by an older tfm_lesson would hold them."""
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    lm = name == "lm"
+    old = {"config": {"max_len": "context"} if lm else {"src_vocab_size": "src_vocab", "tgt_vocab_size": "tgt_vocab"},
+           "run": {"num_layers": "layers", **({"max_len": "context"} if lm else {})},
+           "settings": {"max_len": "context"} if lm else {}}
+    rename = lambda part, table: {table.get(k, k): v for k, v in part.items()}  # noqa: E731
+    payload["config"] = rename(payload["config"], old["config"])
+    payload["extra"]["run"] = rename(payload["extra"]["run"], old["run"])
+    payload["training"]["settings"] = rename(payload["training"]["settings"], old["settings"])
+    assert ("context" if lm else "src_vocab") in payload["config"] and "layers" in payload["extra"]["run"]
+    torch.save(payload, path)
+
+
 def _weights(path, name):
     from tfm_lesson.checkpoint import read_checkpoint
     from tfm_lesson.lm import read_lm
@@ -58,7 +74,8 @@ def _weights(path, name):
     (["--threads", "0"], "--threads must be >= 1"), (["--eval-every", "-1"], "--eval-every must be >= 1"),
     (["--save-every", "0"], "--save-every must be >= 1"), (["--steps", "0"], "--steps must be >= 1"),
     (["--peak-lr", "-1"], "--peak-lr must be a finite number > 0"), (["--minutes", "nan"], "--minutes must be"),
-    (["--dropout", "1"], "--dropout must be"), (["--clip", "-1"], "--clip must be")])
+    (["--dropout", "1"], "--dropout must be"), (["--clip", "-1"], "--clip must be"),
+    (["--max-len", "1"], "--max-len must be >= 2")])
 def test_every_flag_is_checked_before_training(task, tmp_path, capsys, no_training, flags, words):
     code, _, err = call([*task["argv"], *COMMON, "--out", str(tmp_path / "run"), *flags], capsys)
     assert code == 2 and words in err and "Traceback" not in err, err
@@ -67,6 +84,16 @@ def test_every_flag_is_checked_before_training(task, tmp_path, capsys, no_traini
 def test_flags_of_the_other_kind_of_run_are_refused(task, tmp_path, capsys, no_training):
     code, _, err = call([*task["argv"], *COMMON, "--out", str(tmp_path / "run"), *task["foreign"]], capsys)
     assert code == 2 and f"{task['foreign'][0]}: only for {task['other']}" in err, err
+
+
+def test_max_len_is_read_by_both_kinds_of_run():
+    """--max-len is the most positions the model sees, for a translation model and a GPT alike (for a GPT also
+    its training window), so neither kind refuses it; the flags it replaced (--context, --layers) are gone."""
+    from tfm_lesson.train import LM_ONLY, TRANSLATION_ONLY, build_parser
+
+    assert "--max-len" not in LM_ONLY and "--max-len" not in TRANSLATION_ONLY
+    options = {flag for action in build_parser()._actions for flag in action.option_strings}
+    assert {"--max-len", "--num-layers"} <= options and not {"--context", "--layers"} & options
 
 
 def test_out_is_checked_before_training(task, tmp_path, capsys, no_training):
@@ -94,6 +121,7 @@ def test_ctrl_c_saves_and_resume_equals_the_uninterrupted_run(task, tmp_path, ca
     path = tmp_path / "cut" / task["file"]
     assert code == 130 and "stopped by SIGINT after step 4" in out and f"--resume {path}" in out, out
     monkeypatch.undo()
+    _write_old_names(path, task["name"])  # saved before the rename: it still resumes, bit-equal
     code, out, err = call(["--resume", str(path), "--no-progress", "--threads", "1", "--device", "cpu",
                            *(["--test-limit", "5"] if task["name"] == "translation" else [])], capsys)
     assert code == 0 and "resumed at step 4" in out, err

@@ -103,7 +103,7 @@ def test_text_and_html_tables() -> None:
 
 
 def test_transformer_trace() -> None:
-    model = tfm_lesson.Transformer(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=32,
+    model = tfm_lesson.Transformer(src_vocab_size=20, tgt_vocab_size=20, d_model=16, heads=2, d_ff=32,
                                    num_encoder_layers=2, num_decoder_layers=1).eval()
     src, tgt = torch.randint(4, 20, (2, 7)), torch.randint(4, 20, (2, 5))
     trace = trace_shapes(model, src, tgt, max_depth=2)

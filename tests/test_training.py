@@ -76,7 +76,8 @@ def copy_data():
 
 
 def test_train_learns_and_history(copy_data):
-    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=32, heads=2, layers=1, d_ff=64, dropout=0.0)
+    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=32, heads=2, num_layers=1, d_ff=64,
+                       dropout=0.0)
     seen = []
     history = train(model, copy_data, steps=60, batch_size=32, warmup=20, peak_lr=3e-3, eval_every=30, device="cpu",
                     progress=False, callback=lambda step, h: seen.append(step), log=lambda msg: None)
@@ -93,13 +94,13 @@ def test_train_is_reproducible(copy_data):
     losses = []
     for _ in range(2):
         seed_everything(0)
-        model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+        model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32)
         losses.append(train(model, copy_data, steps=5, batch_size=16, progress=False, log=lambda m: None)["loss"])
     assert losses[0] == losses[1]
 
 
 def test_train_bad_arguments(copy_data):
-    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32)
     with pytest.raises(ValueError, match="steps"):
         train(model, copy_data)
     with pytest.raises(ValueError, match="minutes"):
@@ -109,13 +110,13 @@ def test_train_bad_arguments(copy_data):
 
 
 def test_minutes_limit_stops(copy_data):
-    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32)
     history = train(model, copy_data, minutes=0.02, batch_size=16, progress=False, log=lambda m: None)
     assert 1 <= len(history["step"]) and history["seconds"] < 30
 
 
 def test_checkpoint_round_trip(tmp_path, copy_data):
-    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32)
     path = tmp_path / "sub" / "model.pt"
     save_checkpoint(path, model, copy_data.src_vocab, copy_data.tgt_vocab, extra={"steps": 3, "note": "hi"})
     raw = torch.load(path, weights_only=True)  # nothing but plain data and tensors inside
@@ -155,7 +156,7 @@ def test_cpu_threads_restores_and_train_leaves_threads_alone(copy_data):
     with cpu_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, layers=1, d_ff=32)
+    model = make_model(copy_data.src_vocab, copy_data.tgt_vocab, d_model=16, heads=2, num_layers=1, d_ff=32)
     train(model, copy_data, steps=2, batch_size=8, progress=False, log=lambda m: None, device="cpu")
     assert torch.get_num_threads() == before
 

@@ -43,7 +43,7 @@ class TinyVocab:
 
 def _model(vocab_size: int) -> Transformer:
     torch.manual_seed(0)
-    return Transformer(src_vocab=vocab_size, tgt_vocab=vocab_size, d_model=16, heads=2, d_ff=32,
+    return Transformer(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=16, heads=2, d_ff=32,
                        num_encoder_layers=2, num_decoder_layers=3, dropout=0.0)
 
 

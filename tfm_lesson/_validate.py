@@ -66,3 +66,28 @@ def check_dtype(x: Tensor, name: str, weight: Tensor, module: str) -> Tensor:
             f"{name} has dtype {x.dtype} but {module}'s weights are {weight.dtype}: convert one to the other "
             f"(`{name}.to({weight.dtype})`, or `module.to({x.dtype})`), or run under torch.autocast")
     return x
+
+
+def renamed_keywords(**renamed: str):
+    """Decorate a function or class so that an old keyword spelling (``renamed[old] = new``) raises a
+    ``TypeError`` naming the new one, instead of Python's bare "unexpected keyword argument"."""
+    import functools
+
+    def wrap(obj):
+        target = obj.__init__ if isinstance(obj, type) else obj
+        label = obj.__name__
+
+        @functools.wraps(target)
+        def checked(*args, **kwargs):
+            for old, new in renamed.items():
+                if old in kwargs:
+                    raise TypeError(f"{label}() got the keyword {old}=, which is now called {new}=: "
+                                    f"write {new}={kwargs[old]!r}")
+            return target(*args, **kwargs)
+
+        if isinstance(obj, type):
+            obj.__init__ = checked
+            return obj
+        return checked
+
+    return wrap

@@ -49,10 +49,10 @@ VARIANTS: list[tuple[str, dict]] = [
 ]
 
 
-def variant_configs(vocab_size: int, context: int = 64, d_model: int = 64, heads: int = 4, d_ff: int = 256,
+def variant_configs(vocab_size: int, max_len: int = 64, d_model: int = 64, heads: int = 4, d_ff: int = 256,
                     num_layers: int = 2, variants: Sequence[tuple[str, dict]] = VARIANTS) -> list[tuple[str, dict]]:
     """The cumulative :class:`~tfm_lesson.gpt.GPTConfig` keyword arguments of every variant, in order."""
-    base = dict(vocab_size=vocab_size, context=context, d_model=d_model, heads=heads, d_ff=d_ff,
+    base = dict(vocab_size=vocab_size, max_len=max_len, d_model=d_model, heads=heads, d_ff=d_ff,
                 num_layers=num_layers, dropout=0.0)
     out, current = [], dict(base)
     for name, change in variants:
@@ -72,7 +72,7 @@ def run_ablation(data=None, seeds: Sequence[int] = (0, 1, 2), steps: int = 300, 
     """Train every variant with every seed; return a JSON-ready dict of settings and results.
 
     ``data``: an :class:`~tfm_lesson.lm.LMData` (default: chapter 14's corpus, a 384-token BPE vocabulary);
-    ``sizes``: ``context``, ``d_model``, ``heads``, ``d_ff``, ``num_layers`` for :func:`variant_configs`;
+    ``sizes``: ``max_len``, ``d_model``, ``heads``, ``d_ff``, ``num_layers`` for :func:`variant_configs`;
     ``only``: the indices of the variants to train (default all; to split the work between processes).
     """
     from .data.corpus import load_corpus

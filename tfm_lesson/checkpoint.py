@@ -24,7 +24,7 @@ from .runstate import check_same_settings
 
 __all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "read_checkpoint", "update_checkpoint_extra",
            "check_plain", "check_extra", "checked_parts", "atomic_save", "full_state_dict",
-           "load_run_state", "run_state"]
+           "load_run_state", "run_state", "OLD_NAMES", "with_new_names"]
 
 
 class Checkpoint(NamedTuple):
@@ -150,6 +150,34 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, src_vocab, tgt_vo
     atomic_save(payload, path)
 
 
+# Names that a checkpoint saved before the package's rename may still hold, per part of the file: the model's
+# config (sizes were src_vocab/tgt_vocab, a GPT's positions context), the command line's run settings (depth was
+# layers, a language model's positions context) and the training settings of a language model's run.
+OLD_NAMES: dict[str, dict[str, str]] = {
+    "config": {"src_vocab": "src_vocab_size", "tgt_vocab": "tgt_vocab_size", "context": "max_len"},
+    "run": {"layers": "num_layers", "context": "max_len"},
+    "settings": {"context": "max_len"},
+}
+
+
+def with_new_names(payload: dict) -> dict:
+    """``payload`` (a checkpoint as read) with the names of :data:`OLD_NAMES` replaced by today's, in place and
+    returned, so that a model or a run saved before the rename still loads and resumes."""
+    def renamed(part: object, table: dict[str, str]) -> object:
+        if not isinstance(part, dict):
+            return part
+        return {(table[key] if key in table and table[key] not in part else key): value
+                for key, value in part.items()}
+
+    payload["config"] = renamed(payload.get("config"), OLD_NAMES["config"])
+    extra, training = payload.get("extra"), payload.get("training")
+    if isinstance(extra, dict) and "run" in extra:
+        extra["run"] = renamed(extra["run"], OLD_NAMES["run"])
+    if isinstance(training, dict) and "settings" in training:
+        training["settings"] = renamed(training["settings"], OLD_NAMES["settings"])
+    return payload
+
+
 def read_checkpoint(path: str | os.PathLike) -> dict:
     """The raw contents of a checkpoint (a dict), read safely (``weights_only=True``), or a clear error:
     ``FileNotFoundError`` for a missing file, ``ValueError`` for an empty, truncated, corrupt or foreign one.
@@ -181,7 +209,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     needed = ("config", "state_dict", "src_vocab", "tgt_vocab")
     if not isinstance(payload, dict) or any(k not in payload for k in needed):
         raise ValueError(f"{path} is not a tfm_lesson checkpoint (expected the keys {', '.join(needed)})")
-    return payload
+    return with_new_names(payload)
 
 
 def full_state_dict(payload: dict) -> dict[str, Tensor]:

@@ -52,7 +52,7 @@ def _check_src(src: object) -> Tensor:
 
 
 def _check_bos(model: nn.Module, bos_id: object, eos_id: object) -> None:
-    vocab = model.config.tgt_vocab
+    vocab = model.config.tgt_vocab_size
     if isinstance(bos_id, bool) or not isinstance(bos_id, int) or not 0 <= bos_id < vocab:
         raise ValueError(f"bos_id must be an id in [0, {vocab}), got {bos_id!r}")
     if isinstance(eos_id, bool) or not isinstance(eos_id, int):
@@ -60,7 +60,7 @@ def _check_bos(model: nn.Module, bos_id: object, eos_id: object) -> None:
 
 
 def _next_log_probs(model: nn.Module, ys: Tensor, memory: Tensor, src_mask: Tensor, cache: list | None = None) -> Tensor:
-    """log p(next token | prefix ys, source): ``(batch, tgt_vocab)``.
+    """log p(next token | prefix ys, source): ``(batch, tgt_vocab_size)``.
 
     Without a cache the whole prefix ``ys`` is decoded again. With one, only the tokens not cached yet
     (the last one, after the first step) are fed; the mask hides padded prefix positions exactly as the
@@ -75,7 +75,7 @@ def _next_log_probs(model: nn.Module, ys: Tensor, memory: Tensor, src_mask: Tens
         if new.size(1) > 1:
             tgt_mask = tgt_mask & causal_mask_with_offset(new.size(1), ys.size(1) - new.size(1), ys.device)
         states = model.decode(new, memory, src_mask, tgt_mask, cache=cache, check_ids=False)  # (batch, new_len, d_model)
-    return model.generator(states[:, -1]).float().log_softmax(dim=-1)  # (batch, tgt_vocab)
+    return model.generator(states[:, -1]).float().log_softmax(dim=-1)  # (batch, tgt_vocab_size)
 
 
 def greedy_decode(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int,

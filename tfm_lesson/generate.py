@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         prompt_len = len(tokenizer.encode(args.prompt or "\n"))
     except ValueError as exc:
         parser.error(f"prompt: {exc}")
-    context = model.config.context
-    if prompt_len >= context:
-        parser.error(f"the prompt is {prompt_len} tokens but the model sees at most {context} positions (prompt and "
-                     f"new tokens together): shorten the prompt to at most {context - 1} tokens")
-    if prompt_len + args.max_new_tokens > context:
+    max_len = model.config.max_len
+    if prompt_len >= max_len:
+        parser.error(f"the prompt is {prompt_len} tokens but the model sees at most {max_len} positions (prompt and "
+                     f"new tokens together): shorten the prompt to at most {max_len - 1} tokens")
+    if prompt_len + args.max_new_tokens > max_len:
         parser.error(f"the prompt is {prompt_len} tokens; with --max-new-tokens {args.max_new_tokens} that is "
-                     f"{prompt_len + args.max_new_tokens}, more than the model's context of {context}: "
-                     f"shorten the prompt or ask for at most {max(0, context - prompt_len)} new tokens")
+                     f"{prompt_len + args.max_new_tokens}, more than the model's context of max_len={max_len}: "
+                     f"shorten the prompt or ask for at most {max(0, max_len - prompt_len)} new tokens")
     for i in range(args.samples):
         if i:
             print("-" * 40)

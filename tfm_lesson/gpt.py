@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_positive_int, check_probability, check_tokens
+from ._validate import check_positive_int, check_probability, check_tokens, renamed_keywords
 from .attention import MultiHeadAttention
 from .cache import KVCache, causal_mask_with_offset
 from .feedforward import PositionwiseFeedForward
@@ -39,9 +39,11 @@ NORM_KINDS = ("layer", "rms")
 _BOOL_FIELDS = ("norm_first", "final_norm", "bias", "tie_embeddings")
 
 
+@renamed_keywords(context="max_len")
 @dataclass
 class GPTConfig:
-    """Every setting of :class:`GPT`. ``context``: the most positions the model sees (prompt + generated).
+    """Every setting of :class:`GPT`. ``max_len``: the most positions the model sees (prompt + generated), its
+    context.
 
     ``final_norm`` adds a layer norm after the last block; it only applies with pre-norm (``norm_first``),
     since a post-norm block already ends with a norm. ``kv_heads``: heads for keys and values (``None``:
@@ -50,7 +52,7 @@ class GPTConfig:
     """
 
     vocab_size: int
-    context: int
+    max_len: int
     d_model: int
     heads: int
     d_ff: int
@@ -69,7 +71,7 @@ class GPTConfig:
     attention_dropout: float | None = None  # dropout on the attention weights; None: the same as ``dropout``
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context", "d_model", "heads", "d_ff", "num_layers"):
+        for name in ("vocab_size", "max_len", "d_model", "heads", "d_ff", "num_layers"):
             check_positive_int(getattr(self, name), name)
         check_probability(self.dropout, "dropout")
         if self.attention_dropout is not None:
@@ -141,9 +143,9 @@ def _make_feed_forward(config: GPTConfig) -> nn.Module:
 def _make_positional(config: GPTConfig) -> nn.Module | None:
     """The positional encoding added to the embeddings, or ``None`` when positions enter elsewhere."""
     if config.positional == "learned":
-        return LearnedPositionalEncoding(config.d_model, config.context)
+        return LearnedPositionalEncoding(config.d_model, config.max_len)
     if config.positional == "sinusoidal":
-        return SinusoidalPositionalEncoding(config.d_model, config.context)
+        return SinusoidalPositionalEncoding(config.d_model, config.max_len)
     if config.positional == "rope":  # chapter 16: positions rotate queries and keys inside attention
         return None
     raise ValueError(f"positional={config.positional!r} is not implemented in tfm_lesson.gpt "
@@ -236,9 +238,9 @@ class GPT(nn.Module):
         if idx.size(1) == 0:
             raise ValueError("idx must hold at least one token per row, got shape "
                              f"{tuple(idx.shape)}")
-        if offset + idx.size(1) > self.config.context:
+        if offset + idx.size(1) > self.config.max_len:
             raise ValueError(f"idx has {idx.size(1)} tokens" + (f" after {offset} cached" if offset else "") +
-                             f", more than the context of {self.config.context} positions")
+                             f", more than the context of max_len={self.config.max_len} positions")
         return self._logits(idx, cache, offset)
 
     def _logits(self, idx: Tensor, cache: list[KVCache] | None, offset: int) -> Tensor:
@@ -277,9 +279,10 @@ class GPT(nn.Module):
         if length == 0:
             raise ValueError("idx must hold a prompt of at least one token per row, got shape (batch, 0)")
         total = length + max_new_tokens
-        if total > self.config.context:
+        if total > self.config.max_len:
             raise ValueError(f"the prompt ({length} tokens) plus max_new_tokens={max_new_tokens} is {total} positions, "
-                             f"more than the context of {self.config.context}; shorten the prompt or ask for fewer tokens")
+                             f"more than the context of max_len={self.config.max_len}; shorten the prompt or ask for "
+                             "fewer tokens")
         out = idx.new_empty(batch, total)  # (batch, len + max_new_tokens), filled as we go
         out[:, :length] = idx
         was_training = self.training
@@ -301,4 +304,4 @@ class GPT(nn.Module):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{f.name}={getattr(self.config, f.name)!r}" for f in fields(self.config)
-                         if f.name in ("vocab_size", "context", "d_model", "heads", "num_layers"))
+                         if f.name in ("vocab_size", "max_len", "d_model", "heads", "num_layers"))

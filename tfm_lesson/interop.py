@@ -219,7 +219,7 @@ def _hf_gpt2_config(c) -> dict:
     if float(c.embd_pdrop) != float(c.resid_pdrop):
         raise ValueError(f"GPT-2 with embd_pdrop={c.embd_pdrop} != resid_pdrop={c.resid_pdrop} is not supported: the "
                          "course's GPT has one dropout for the embeddings and the sub-layers")
-    return dict(vocab_size=c.vocab_size, context=c.n_positions, d_model=c.n_embd, heads=c.n_head,
+    return dict(vocab_size=c.vocab_size, max_len=c.n_positions, d_model=c.n_embd, heads=c.n_head,
                 d_ff=c.n_inner or 4 * c.n_embd, num_layers=c.n_layer, dropout=float(c.resid_pdrop),
                 attention_dropout=float(c.attn_pdrop),
                 norm_first=True, final_norm=True, positional="learned",
@@ -249,7 +249,7 @@ def _hf_llama_config(c) -> dict:
     bias = bool(getattr(c, "attention_bias", False))
     if bool(getattr(c, "mlp_bias", False)) != bias:
         raise ValueError("Llama with attention_bias != mlp_bias is not supported: tfm_lesson has one `bias` flag")
-    return dict(vocab_size=c.vocab_size, context=c.max_position_embeddings, d_model=c.hidden_size,
+    return dict(vocab_size=c.vocab_size, max_len=c.max_position_embeddings, d_model=c.hidden_size,
                 heads=c.num_attention_heads, d_ff=c.intermediate_size, num_layers=c.num_hidden_layers,
                 dropout=0.0, attention_dropout=float(c.attention_dropout), norm_first=True, final_norm=True,
                 positional="rope",

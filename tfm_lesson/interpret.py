@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._validate import check_positive_int
+from ._validate import check_positive_int, renamed_keywords
 from .attention import MultiHeadAttention
 from .masks import causal_mask
 from .norm import LayerNorm
@@ -205,22 +205,25 @@ def head_alignment_error_rates(model: nn.Module, pairs: Sequence, src_vocab, tgt
 
 
 # -- a two-layer attention-only model and its data -------------------------------------------------------------------
+@renamed_keywords(layers="num_layers")
 class AttentionOnly(nn.Module):
     """A decoder-only Transformer without feed-forward blocks: token and learned position embeddings, then
-    ``layers`` pre-norm blocks ``x = x + MultiHeadAttention(LayerNorm(x))`` (causal), a final LayerNorm and a
+    ``num_layers`` pre-norm blocks ``x = x + MultiHeadAttention(LayerNorm(x))`` (causal), a final LayerNorm and a
     linear read-out to the vocabulary. Input ``(batch, seq_len)`` ids, output ``(batch, seq_len, vocab_size)``
     logits."""
 
-    def __init__(self, vocab_size: int, d_model: int = 64, heads: int = 4, layers: int = 2, max_len: int = 64) -> None:
+    def __init__(self, vocab_size: int, d_model: int = 64, heads: int = 4, num_layers: int = 2,
+                 max_len: int = 64) -> None:
         super().__init__()
-        for value, name in ((vocab_size, "vocab_size"), (d_model, "d_model"), (heads, "heads"), (layers, "layers"),
-                            (max_len, "max_len")):
+        for value, name in ((vocab_size, "vocab_size"), (d_model, "d_model"), (heads, "heads"),
+                            (num_layers, "num_layers"), (max_len, "max_len")):
             check_positive_int(value, name)
         self.vocab_size, self.max_len = vocab_size, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
-        self.norms = nn.ModuleList(LayerNorm(d_model) for _ in range(layers))
-        self.layers = nn.ModuleList(nn.ModuleDict({"attn": MultiHeadAttention(d_model, heads)}) for _ in range(layers))
+        self.norms = nn.ModuleList(LayerNorm(d_model) for _ in range(num_layers))
+        self.layers = nn.ModuleList(nn.ModuleDict({"attn": MultiHeadAttention(d_model, heads)})
+                                    for _ in range(num_layers))
         self.norm = LayerNorm(d_model)
         self.out = nn.Linear(d_model, vocab_size)
 

@@ -1,12 +1,12 @@
 """Training a language model: next-token prediction, held-out perplexity, a unigram baseline, samples.
 
     data = prepare_lm_data(load_corpus(), vocab_size=512)          # BPE-trained, both splits encoded
-    model = GPT(vocab_size=data.vocab_size, context=64, d_model=64, heads=4, d_ff=256, num_layers=2)
+    model = GPT(vocab_size=data.vocab_size, max_len=64, d_model=64, heads=4, d_ff=256, num_layers=2)
     history = train_lm(model, data, minutes=1)
     perplexity(model, data.valid), unigram_perplexity(data.train, data.valid, data.vocab_size)
     complete(model, data.tokenizer, "The small cat", max_new_tokens=40, temperature=0.8, top_k=20)
 
-**Next-token prediction.** A window of ``context + 1`` tokens gives inputs ``x = w[:-1]`` and targets
+**Next-token prediction.** A window of ``max_len + 1`` tokens gives inputs ``x = w[:-1]`` and targets
 ``y = w[1:]``: at every position ``t`` the model, which sees ``x[:t+1]`` only (causal mask), must give
 the token that comes next. The loss is the cross-entropy averaged over all positions of all windows, and
 the **perplexity** is ``exp(loss)``: the number of tokens the model is, on average, as unsure as a uniform
@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .checkpoint import atomic_save, check_extra, checked_parts, run_state
+from ._validate import renamed_keywords
+from .checkpoint import atomic_save, check_extra, checked_parts, run_state, with_new_names
 from .data.corpus import Corpus, load_corpus, random_windows
 from .device import auto_threads, cpu_threads, default_device, threads_for
 from .gpt import GPT, GPTConfig
@@ -98,37 +99,38 @@ def lm_rate(progress: float, peak: float, warmup_fraction: float, final_fraction
 
 
 @torch.no_grad()
-def _windows_loss(model: nn.Module, ids: Tensor, context: int, batch_size: int, device: torch.device,
+def _windows_loss(model: nn.Module, ids: Tensor, max_len: int, batch_size: int, device: torch.device,
                   max_tokens: int | None) -> tuple[float, int]:
     """Summed next-token loss and the number of targets over consecutive windows of ``ids``."""
     if max_tokens is not None:
         ids = ids[: max_tokens + 1]
-    n_windows = (ids.numel() - 1) // context
+    n_windows = (ids.numel() - 1) // max_len
     if n_windows < 1:
-        raise ValueError(f"ids holds {ids.numel()} tokens: too few for one window of context={context}")
-    x = ids[: n_windows * context].view(n_windows, context)  # (windows, context)
-    y = ids[1: n_windows * context + 1].view(n_windows, context)  # the same, one token later
+        raise ValueError(f"ids holds {ids.numel()} tokens: too few for one window of max_len={max_len}")
+    x = ids[: n_windows * max_len].view(n_windows, max_len)  # (windows, max_len)
+    y = ids[1: n_windows * max_len + 1].view(n_windows, max_len)  # the same, one token later
     total = 0.0
     for i in range(0, n_windows, batch_size):
         xb, yb = x[i: i + batch_size].to(device), y[i: i + batch_size].to(device)
-        logits = model(xb)  # (batch, context, vocab)
+        logits = model(xb)  # (batch, max_len, vocab)
         total += F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), yb.reshape(-1), reduction="sum").item()
-    return total, n_windows * context
+    return total, n_windows * max_len
 
 
-def perplexity(model: nn.Module, ids: Tensor, context: int | None = None, batch_size: int = 32,
+@renamed_keywords(context="max_len")
+def perplexity(model: nn.Module, ids: Tensor, max_len: int | None = None, batch_size: int = 32,
                max_tokens: int | None = None, device: torch.device | str | None = None) -> float:
-    """``exp`` of the mean next-token loss over ``ids`` (1-D), read as consecutive windows of ``context``
-    tokens (default: the model's context). Deterministic; eval mode, no gradients."""
+    """``exp`` of the mean next-token loss over ``ids`` (1-D), read as consecutive windows of ``max_len``
+    tokens (default: the model's max_len). Deterministic; eval mode, no gradients."""
     if not isinstance(ids, Tensor) or ids.dim() != 1:
         raise ValueError("ids must be a 1-D tensor of token ids (e.g. data.valid)")
-    context = context or model.config.context
+    max_len = max_len or model.config.max_len
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
         with threads_for(model, device):
-            total, count = _windows_loss(model, ids, context, batch_size, device, max_tokens)
+            total, count = _windows_loss(model, ids, max_len, batch_size, device, max_tokens)
     finally:
         model.train(was_training)
     return math.exp(total / count)
@@ -145,14 +147,16 @@ def unigram_perplexity(train: Tensor, valid: Tensor, vocab_size: int, alpha: flo
     return math.exp(-log_p[valid].mean().item())
 
 
+@renamed_keywords(context="max_len")
 def train_lm(model: GPT, data: LMData, steps: int | None = None, minutes: float | None = None, batch_size: int = 32,
-             context: int | None = None, lr: float = 3e-3, warmup: float = 0.05, weight_decay: float = 0.0,
+             max_len: int | None = None, lr: float = 3e-3, warmup: float = 0.05, weight_decay: float = 0.0,
              clip: float | None = 1.0, eval_every: int | None = None, eval_tokens: int = 20_000,
              device: torch.device | str | None = None, seed: int = 0, threads: int | None | str = "auto",
              log: Callable[[str], None] | None = None, checkpoint: str | os.PathLike | None = None,
              save_every: int | None = None, resume: str | os.PathLike | None = None,
              checkpoint_extra: dict | None = None) -> dict[str, list]:
-    """Next-token training on random windows of ``data.train``: ``steps`` optimiser steps, or as many as fit in
+    """Next-token training on random windows of ``max_len`` tokens (default: the model's) of ``data.train``:
+    ``steps`` optimiser steps, or as many as fit in
     ``minutes`` (both: whichever ends first). Adam (the paper's betas), a linear warm-up over the first
     ``warmup`` fraction of the run, then cosine decay (see :func:`lm_rate`), gradient clipping.
 
@@ -176,9 +180,9 @@ def train_lm(model: GPT, data: LMData, steps: int | None = None, minutes: float 
         raise TypeError(f"data must be LMData (prepare_lm_data(...)), got {type(data).__name__}")
     if data.vocab_size > model.config.vocab_size:
         raise ValueError(f"the tokenizer has {data.vocab_size} tokens but the model only {model.config.vocab_size}")
-    context = context or model.config.context
-    if context > model.config.context:
-        raise ValueError(f"context={context} is longer than the model's context of {model.config.context}")
+    max_len = max_len or model.config.max_len
+    if max_len > model.config.max_len:
+        raise ValueError(f"max_len={max_len} is longer than the model's max_len of {model.config.max_len}")
     for name, value in (("eval_every", eval_every), ("save_every", save_every)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive int or None, got {value!r}")
@@ -188,7 +192,7 @@ def train_lm(model: GPT, data: LMData, steps: int | None = None, minutes: float 
         raise ValueError(f"clip must be a finite number >= 0 or None (no clipping), got {clip!r}")
     check_extra(checkpoint_extra or {}, "checkpoint_extra")
     device = torch.device(device) if device is not None else default_device()
-    run = _LMRun(model, data, dict(steps=steps, minutes=minutes, batch_size=batch_size, context=context, lr=lr,
+    run = _LMRun(model, data, dict(steps=steps, minutes=minutes, batch_size=batch_size, max_len=max_len, lr=lr,
                                    warmup=warmup, weight_decay=weight_decay, clip=clip, eval_tokens=eval_tokens,
                                    seed=seed), device, log, checkpoint, resume, checkpoint_extra or {})
     with cpu_threads(auto_threads(model, device, threads)):
@@ -205,7 +209,7 @@ class _LMRun(GuardedRun):
     def __init__(self, model: GPT, data: LMData, s: dict, device: torch.device, log, checkpoint, resume,
                  extra: dict) -> None:
         self.model, self.data, self.s, self.device, self.log, self.extra = model, data, s, device, log, extra
-        self.settings = {k: s[k] for k in ("steps", "batch_size", "context", "lr", "warmup", "weight_decay", "clip",
+        self.settings = {k: s[k] for k in ("steps", "batch_size", "max_len", "lr", "warmup", "weight_decay", "clip",
                                            "seed")}
         self.fingerprint = lm_fingerprint(data)
         saved = _lm_run_state(resume, model, data, self.settings, self.fingerprint) if resume is not None else None
@@ -240,8 +244,8 @@ class _LMRun(GuardedRun):
         rate = lm_rate(progress, s["lr"], s["warmup"])
         for group in self.optimizer.param_groups:
             group["lr"] = rate
-        # (batch, context) each
-        x, y = random_windows(self.data.train, s["batch_size"], s["context"], self.generator, self.device)
+        # (batch, max_len) each
+        x, y = random_windows(self.data.train, s["batch_size"], s["max_len"], self.generator, self.device)
         loss = lm_loss(self.model, x, y)
         check(loss.item())
         self.optimizer.zero_grad(set_to_none=True)
@@ -264,7 +268,7 @@ class _LMRun(GuardedRun):
     def evaluate(self, step: int) -> None:
         if not self.history["loss"]:
             return
-        total, count = _windows_loss(self.model.eval(), self.data.valid, self.s["context"], self.s["batch_size"],
+        total, count = _windows_loss(self.model.eval(), self.data.valid, self.s["max_len"], self.s["batch_size"],
                                      self.device, self.s["eval_tokens"])
         self.model.train()
         self.history["eval_step"].append(step)
@@ -356,7 +360,7 @@ def read_lm(path: str | os.PathLike) -> dict:
     if not isinstance(payload, dict) or payload.get("format") != LM_FORMAT:
         raise ValueError(f"{path} is not a tfm_lesson language-model checkpoint (written by "
                          "`python -m tfm_lesson.train --task lm` or tfm_lesson.lm.save_lm)")
-    return payload
+    return with_new_names(payload)
 
 
 def load_lm(path: str | os.PathLike, device: torch.device | str | None = None) -> LMCheckpoint:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from ._validate import check_positive_int, check_probability, check_tokens
+from ._validate import check_positive_int, check_probability, check_tokens, renamed_keywords
 from .cache import DecoderCache, causal_mask_with_offset, check_decoder_cache
 from .decoder import Decoder
 from .encoder import Encoder
@@ -18,16 +18,23 @@ from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 __all__ = ["TransformerConfig", "Transformer", "EncoderDecoder", "count_parameters", "parameter_table"]
 
 
+@renamed_keywords(src_vocab="src_vocab_size", tgt_vocab="tgt_vocab_size")
 @dataclass
 class TransformerConfig:
     """Every setting of :class:`Transformer`. Defaults are the paper's base model (table 3) with a shared
-    37,000-token vocabulary, shared source/target embeddings tied to the generator, post-norm."""
+    37,000-token vocabulary, shared source/target embeddings tied to the generator, post-norm.
 
-    src_vocab: int = 37000
-    tgt_vocab: int = 37000
+    ``src_vocab_size``/``tgt_vocab_size`` are numbers of tokens (``src_vocab``/``tgt_vocab`` elsewhere in the
+    package are the :class:`~tfm_lesson.data.Vocab` objects); ``max_len`` is the most positions the model sees.
+    """
+
+    src_vocab_size: int = 37000
+    tgt_vocab_size: int = 37000
     d_model: int = 512
     heads: int = 8
     d_ff: int = 2048
+    # Two stacks, two depths (nn.Transformer's names); elsewhere one depth number is ``num_layers``
+    # (make_model, GPTConfig, the recipes), which make_model gives to both stacks.
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
     dropout: float = 0.1
@@ -35,7 +42,7 @@ class TransformerConfig:
     positional: str = "sinusoidal"  # or "learned"
     norm_first: bool = False  # False: post-norm (the paper); True: pre-norm
     final_norm: bool | None = None  # LayerNorm after each stack; None: only with pre-norm. nn.Transformer: True
-    share_embeddings: bool = True  # one embedding matrix for source and target (needs src_vocab == tgt_vocab)
+    share_embeddings: bool = True  # one embedding matrix for source and target (needs src_vocab_size == tgt_vocab_size)
     tie_embeddings: bool = True  # generator weight = target embedding (the paper, section 3.4)
     activation: str = "relu"
     eps: float = 1e-5
@@ -44,7 +51,7 @@ class TransformerConfig:
     tgt_pad_id: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab", "tgt_vocab", "d_model", "heads", "d_ff", "num_encoder_layers",
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "heads", "d_ff", "num_encoder_layers",
                      "num_decoder_layers", "max_len"):
             check_positive_int(getattr(self, name), name)
         check_probability(self.dropout, "dropout")
@@ -62,10 +69,11 @@ class TransformerConfig:
             raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
-            raise ValueError(f"share_embeddings=True needs src_vocab == tgt_vocab, got {self.src_vocab} and "
-                             f"{self.tgt_vocab}; use one joint vocabulary or set share_embeddings=False")
-        for name, vocab in (("src_pad_id", self.src_vocab), ("tgt_pad_id", self.tgt_vocab)):
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(f"share_embeddings=True needs src_vocab_size == tgt_vocab_size, got "
+                             f"{self.src_vocab_size} and {self.tgt_vocab_size}; use one joint vocabulary or set "
+                             "share_embeddings=False")
+        for name, vocab in (("src_pad_id", self.src_vocab_size), ("tgt_pad_id", self.tgt_vocab_size)):
             pad = getattr(self, name)
             if not isinstance(pad, int) or not 0 <= pad < vocab:
                 raise ValueError(f"{name} must be an id in [0, {vocab}), got {pad!r}")
@@ -91,7 +99,7 @@ class EncoderDecoder(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer: ``forward(src, tgt)`` -> logits ``(batch, tgt_len, tgt_vocab)``.
+    """Encoder-decoder Transformer: ``forward(src, tgt)`` -> logits ``(batch, tgt_len, tgt_vocab_size)``.
 
     ``encode`` and ``decode`` are exposed for decoding one token at a time; masks are built from the pad
     ids (and causal for the target) when not given.
@@ -101,8 +109,8 @@ class Transformer(nn.Module):
         super().__init__()
         config = TransformerConfig(**{**(asdict(config) if config else {}), **overrides})
         self.config = c = config
-        self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
-        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab, c.d_model)
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model)
+        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model)
         positional = SinusoidalPositionalEncoding if c.positional == "sinusoidal" else LearnedPositionalEncoding
         self.positional = positional(c.d_model, c.max_len)
         self.dropout = nn.Dropout(c.dropout)
@@ -110,7 +118,7 @@ class Transformer(nn.Module):
                      activation=c.activation, eps=c.eps, bias=c.bias, final_norm=c.final_norm)
         self.encoder = Encoder(num_layers=c.num_encoder_layers, **stack)
         self.decoder = Decoder(num_layers=c.num_decoder_layers, **stack)
-        self.generator = nn.Linear(c.d_model, c.tgt_vocab, bias=False)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         self.reset_parameters()
         if c.tie_embeddings:
             self.generator.weight = self.tgt_embed.weight
@@ -154,7 +162,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, *, check_ids: bool = True) -> Tensor:
         """src ``(batch, src_len)`` ids -> memory ``(batch, src_len, d_model)``."""
-        x = self._embed(src, self.src_embed, "src", self.config.src_vocab, check_ids=check_ids)
+        x = self._embed(src, self.src_embed, "src", self.config.src_vocab_size, check_ids=check_ids)
         return self.encoder(x, self.make_src_mask(src) if src_mask is None else src_mask)
 
     def new_cache(self, max_len: int | None = None) -> list[DecoderCache]:
@@ -176,7 +184,7 @@ class Transformer(nn.Module):
         the model itself produced.
         """
         offset = 0 if cache is None else check_decoder_cache(cache, len(self.decoder.layers))
-        x = self._embed(tgt, self.tgt_embed, "tgt", self.config.tgt_vocab, offset, check_ids)
+        x = self._embed(tgt, self.tgt_embed, "tgt", self.config.tgt_vocab_size, offset, check_ids)
         if tgt_mask is None:
             if cache is None:
                 tgt_mask = self.make_tgt_mask(tgt)
@@ -186,9 +194,9 @@ class Transformer(nn.Module):
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
-        """src ``(batch, src_len)``, tgt ``(batch, tgt_len)`` ids -> logits ``(batch, tgt_len, tgt_vocab)``."""
-        check_tokens(src, "src", self.config.src_vocab)  # before the masks are built from them
-        check_tokens(tgt, "tgt", self.config.tgt_vocab)
+        """src ``(batch, src_len)``, tgt ``(batch, tgt_len)`` ids -> logits ``(batch, tgt_len, tgt_vocab_size)``."""
+        check_tokens(src, "src", self.config.src_vocab_size)  # before the masks are built from them
+        check_tokens(tgt, "tgt", self.config.tgt_vocab_size)
         if src.size(0) != tgt.size(0):
             raise ValueError(f"src and tgt must have the same batch size, got {src.size(0)} and {tgt.size(0)}")
         src_mask = self.make_src_mask(src) if src_mask is None else src_mask

@@ -43,10 +43,10 @@ TASKS = ("copy", "reverse", "sort", "numbers", "sentences")
 # side). "steps" applies when neither --steps nor --minutes is given.
 RECIPES: dict[str, dict] = {name: {**r["model"], **r["train"], "beam": r["beam"]} for name, r in _RECIPES.items()}
 LM_FALLBACKS = dict(seed=0, clip=1.0, warmup=None)
-RECIPE_KEYS = ("d_model", "heads", "layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "beam")
+RECIPE_KEYS = ("d_model", "heads", "num_layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "beam")
 # What defines a run: a resumed run keeps these (a different value on the command line is refused).
-RUN_KEYS = ("task", "tsv", "tokenizer", "lower", "max_pairs", "max_len", "seed", "d_model", "heads", "layers",
-            "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "smoothing", "clip", "amp")
+RUN_KEYS = ("task", "tsv", "tokenizer", "lower", "max_pairs", "max_len", "seed", "d_model", "heads",
+            "num_layers", "d_ff", "dropout", "batch_size", "warmup", "peak_lr", "smoothing", "clip", "amp")
 DEFAULT_OUT = Path("runs/model")
 SAVE_EVERY = 250  # --save-every, when not given
 EVAL_LIMIT = 200  # --eval-limit, when not given
@@ -54,20 +54,20 @@ EVAL_LIMIT = 200  # --eval-limit, when not given
 
 def _recipe_table() -> str:
     rows = ["recipes (--task X starts from these; flags override them):",
-            "  task       d_model heads layers d_ff dropout batch warmup peak-lr steps beam"]
+            "  task       d_model heads num-layers d_ff dropout batch warmup peak-lr steps beam"]
     for name, r in RECIPES.items():
         if name == "lm":
             continue
         label = "--tsv" if name == "tsv" else name
-        rows.append(f"  {label:<10} {r['d_model']:>7} {r['heads']:>5} {r['layers']:>6} {r['d_ff']:>4} "
+        rows.append(f"  {label:<10} {r['d_model']:>7} {r['heads']:>5} {r['num_layers']:>10} {r['d_ff']:>4} "
                     f"{r['dropout']:>7} {r['batch_size']:>5} {r['warmup']:>6} {r['peak_lr']:>7g} {r['steps']:>5} "
                     f"{r['beam']:>4}")
     rows.append("  (steps: when neither --steps nor --minutes is given; --minutes alone trains until the time is up;")
     rows.append("   copy and sort use reverse's settings, measured on reverse)")
     lm = RECIPES["lm"]
-    rows.append(f"  --task lm / --text: vocab-size {lm['vocab_size']}, context {lm['context']}, "
+    rows.append(f"  --task lm / --text: vocab-size {lm['vocab_size']}, max-len {lm['max_len']}, "
                 f"d_model {lm['d_model']}, "
-                f"heads {lm['heads']}, layers {lm['layers']}, d_ff {lm['d_ff']}, batch {lm['batch_size']}, "
+                f"heads {lm['heads']}, num-layers {lm['num_layers']}, d_ff {lm['d_ff']}, batch {lm['batch_size']}, "
                 f"peak-lr {lm['peak_lr']:g}, steps {lm['steps']}")
     return "\n".join(rows)
 
@@ -81,17 +81,18 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--tsv", type=Path, help="a source<TAB>target file (Tatoeba/Anki format, UTF-8)")
     src.add_argument("--text", type=Path, help="a UTF-8 text file: train a GPT language model on it (tfm_lesson.lm)")
     p.add_argument("--vocab-size", type=int, default=None, help="--task lm / --text: BPE vocabulary, >= 256 (default 512)")
-    p.add_argument("--context", type=int, default=None, help="--task lm / --text: tokens the model sees (default 64)")
     p.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT",
                    help="continue the run saved in CHECKPOINT (its task, data and settings; --steps is the total)")
     p.add_argument("--tokenizer", choices=("words", "chars"), default=None, help="for --tsv (default: words)")
     p.add_argument("--lower", action="store_true", default=None, help="lower-case the --tsv text")
     p.add_argument("--max-pairs", type=int, default=None, help="read at most this many --tsv pairs")
     p.add_argument("--max-len", type=int, default=None,
-                   help="positions of the model (default 512); longer pairs are dropped when the data is read")
+                   help="the most positions the model sees. Translation: default 512, longer pairs are dropped "
+                   "when the data is read; --task lm / --text: also the training window (default 64)")
     p.add_argument("--d-model", type=int, default=None, help="(default: the recipe)")
     p.add_argument("--heads", type=int, default=None, help="(default: the recipe)")
-    p.add_argument("--layers", type=int, default=None, help="encoder and decoder layers, each (default: the recipe)")
+    p.add_argument("--num-layers", type=int, default=None,
+                   help="layers of each stack (encoder and decoder; a GPT's blocks) (default: the recipe)")
     p.add_argument("--d-ff", type=int, default=None, help="(default: the recipe)")
     p.add_argument("--dropout", type=float, default=None, help="(default: the recipe)")
     p.add_argument("--batch-size", type=int, default=None, help="per process under torchrun (default: the recipe)")
@@ -140,8 +141,8 @@ def _finite(p: argparse.ArgumentParser, flag: str, value, low: float, high: floa
 
 # ----------------------------------------------------------------------- what every trainer's command line checks
 # Flags that only one kind of run reads: the other kind refuses them rather than ignore them.
-LM_ONLY = {"--vocab-size": "vocab_size", "--context": "context"}
-TRANSLATION_ONLY = {"--tokenizer": "tokenizer", "--lower": "lower", "--max-pairs": "max_pairs", "--max-len": "max_len",
+LM_ONLY = {"--vocab-size": "vocab_size"}
+TRANSLATION_ONLY = {"--tokenizer": "tokenizer", "--lower": "lower", "--max-pairs": "max_pairs",
                     "--smoothing": "smoothing", "--beam": "beam", "--no-amp": "amp", "--eval-limit": "eval_limit",
                     "--test-limit": "test_limit"}
 
@@ -241,9 +242,9 @@ def resolve(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
     if run["steps"] is None and run["minutes"] is None:
         run["steps"] = recipe["steps"]
 
-    for flag, key in (("--d-model", "d_model"), ("--heads", "heads"), ("--layers", "layers"), ("--d-ff", "d_ff"),
-                      ("--batch-size", "batch_size"), ("--warmup", "warmup"), ("--beam", "beam"), ("--steps", "steps"),
-                      ("--max-pairs", "max_pairs")):
+    for flag, key in (("--d-model", "d_model"), ("--heads", "heads"), ("--num-layers", "num_layers"),
+                      ("--d-ff", "d_ff"), ("--batch-size", "batch_size"), ("--warmup", "warmup"), ("--beam", "beam"),
+                      ("--steps", "steps"), ("--max-pairs", "max_pairs")):
         _positive_int(p, flag, run[key])
     check_common(args, p)
     if run["d_model"] % run["heads"]:
@@ -399,9 +400,10 @@ def train_translation(args: argparse.Namespace, parser: argparse.ArgumentParser)
     else:
         torch.manual_seed(run["seed"])
         model = make_model(data.src_vocab, data.tgt_vocab, d_model=run["d_model"], heads=run["heads"],
-                           layers=run["layers"], d_ff=run["d_ff"], dropout=run["dropout"], max_len=run["max_len"])
+                           num_layers=run["num_layers"], d_ff=run["d_ff"], dropout=run["dropout"],
+                           max_len=run["max_len"])
     n_params = sum(p.numel() for p in model.parameters())
-    say(f"model: d_model={run['d_model']} heads={run['heads']} layers={run['layers']} d_ff={run['d_ff']} "
+    say(f"model: d_model={run['d_model']} heads={run['heads']} num_layers={run['num_layers']} d_ff={run['d_ff']} "
         f"parameters={n_params}")
     limits = ([f"{run['steps']} steps"] if run["steps"] else []) + ([f"{run['minutes']:g} minutes"]
                                                                     if run["minutes"] else [])
@@ -448,8 +450,8 @@ def train_translation(args: argparse.Namespace, parser: argparse.ArgumentParser)
 
 # ------------------------------------------------------------------------------------------ a language model
 # The settings of a --task lm / --text run that a resumed run keeps (a different value on the command line is refused).
-LM_RUN_KEYS = ("task", "text", "vocab_size", "context", "d_model", "heads", "layers", "d_ff", "dropout", "batch_size",
-               "peak_lr", "warmup", "clip", "seed")
+LM_RUN_KEYS = ("task", "text", "vocab_size", "max_len", "d_model", "heads", "num_layers", "d_ff", "dropout",
+               "batch_size", "peak_lr", "warmup", "clip", "seed")
 LM_OUT = Path("runs/lm")
 
 
@@ -476,10 +478,10 @@ def resolve_lm(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
         run["minutes"] = given.get("minutes")
     if run["vocab_size"] < 256:
         p.error(f"--vocab-size must be at least 256 (the byte alphabet), got {run['vocab_size']}")
-    if run["context"] < 2:
-        p.error(f"--context must be at least 2, got {run['context']}")
-    for flag, key in (("--d-model", "d_model"), ("--heads", "heads"), ("--layers", "layers"), ("--d-ff", "d_ff"),
-                      ("--batch-size", "batch_size")):
+    if run["max_len"] < 2:
+        p.error(f"--max-len must be >= 2 (a window of inputs and next tokens), got {run['max_len']}")
+    for flag, key in (("--d-model", "d_model"), ("--heads", "heads"), ("--num-layers", "num_layers"),
+                      ("--d-ff", "d_ff"), ("--batch-size", "batch_size")):
         _positive_int(p, flag, run[key])
     if run["d_model"] % run["heads"]:
         p.error(f"--d-model {run['d_model']} must be divisible by --heads {run['heads']}")
@@ -514,15 +516,15 @@ def train_language_model(args: argparse.Namespace, parser: argparse.ArgumentPars
     data = prepare_lm_data(corpus, vocab_size=run["vocab_size"], tokenizer=saved.tokenizer if saved else None)
     print(f"corpus: {corpus!r}", flush=True)
     print(f"tokens: {data!r}", flush=True)
-    context = run["context"]
-    if data.train.numel() < context + 1 or data.valid.numel() < context + 1:
-        parser.error(f"the text is too short for --context {context}: {data.train.numel()} training and "
-                     f"{data.valid.numel()} validation tokens; give more text or a smaller --context")
+    max_len = run["max_len"]
+    if data.train.numel() < max_len + 1 or data.valid.numel() < max_len + 1:
+        parser.error(f"the text is too short for --max-len {max_len}: {data.train.numel()} training and "
+                     f"{data.valid.numel()} validation tokens; give more text or a smaller --max-len")
     model = saved.model if saved else GPT(GPTConfig(
-        vocab_size=data.vocab_size, context=context, d_model=run["d_model"], heads=run["heads"], d_ff=run["d_ff"],
-        num_layers=run["layers"], dropout=run["dropout"]))
-    print(f"model: d_model={run['d_model']} heads={run['heads']} layers={run['layers']} d_ff={run['d_ff']} "
-          f"context={context} parameters={sum(p.numel() for p in model.parameters())}", flush=True)
+        vocab_size=data.vocab_size, max_len=max_len, d_model=run["d_model"], heads=run["heads"], d_ff=run["d_ff"],
+        num_layers=run["num_layers"], dropout=run["dropout"]))
+    print(f"model: d_model={run['d_model']} heads={run['heads']} num_layers={run['num_layers']} d_ff={run['d_ff']} "
+          f"max_len={max_len} parameters={sum(p.numel() for p in model.parameters())}", flush=True)
     steps, save_every = run["steps"], args.save_every or SAVE_EVERY
     # --warmup counts steps; train_lm takes the fraction of the run (5% unless told)
     warmup = 0.05 if run["warmup"] is None or not steps else min(0.5, run["warmup"] / steps)
@@ -531,7 +533,7 @@ def train_language_model(args: argparse.Namespace, parser: argparse.ArgumentPars
     print(f"training: {plan}, batch {run['batch_size']}, peak lr {run['peak_lr']:g}; saved to {path} every "
           f"{save_every} steps", flush=True)
     model.to(device)
-    sample = dict(max_new_tokens=min(30, context - 1), seed=run["seed"])
+    sample = dict(max_new_tokens=min(30, max_len - 1), seed=run["seed"])
     before = complete(model, data.tokenizer, "", temperature=1.0, **sample) if saved is None else None
     quiet = args.no_progress
     if saved is not None and quiet:  # (train_lm says it itself when it logs)

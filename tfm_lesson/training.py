@@ -3,7 +3,7 @@ around :func:`train_step`, with a progress bar and evaluation. Runs on CPU or GP
 launched with ``torchrun``, on several processes with DistributedDataParallel.
 
     data = tfm_lesson.data.load_task("reverse")
-    model = make_model(data.src_vocab, data.tgt_vocab, d_model=64, heads=4, layers=2, d_ff=128)
+    model = make_model(data.src_vocab, data.tgt_vocab, d_model=64, heads=4, num_layers=2, d_ff=128)
     history = train(model, data, steps=600, batch_size=64)
     save_checkpoint("reverse.pt", model, data.src_vocab, data.tgt_vocab)
 
@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from ._validate import check_positive_int
+from ._validate import check_positive_int, renamed_keywords
 from .checkpoint import (Checkpoint, check_plain, load_checkpoint, load_run_state, read_checkpoint, save_checkpoint,
                          update_checkpoint_extra)
 from .data.batching import BatchStream, check_fits, data_fingerprint
@@ -135,14 +135,17 @@ def make_optimizer(model: nn.Module, lr: float = 1.0, betas: tuple[float, float]
     return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused or None)
 
 
-def make_model(src_vocab, tgt_vocab, d_model: int = 64, heads: int = 4, layers: int = 2, d_ff: int = 256,
+@renamed_keywords(layers="num_layers")
+def make_model(src_vocab, tgt_vocab, d_model: int = 64, heads: int = 4, num_layers: int = 2, d_ff: int = 256,
                dropout: float = 0.1, max_len: int = 512, **overrides) -> Transformer:
     """A :class:`Transformer` sized for the vocabularies, with their pad ids. Source and target share one
-    embedding matrix when the two vocabularies are equal (the toy tasks), otherwise each has its own."""
+    embedding matrix when the two vocabularies are equal (the toy tasks), otherwise each has its own.
+    ``src_vocab``/``tgt_vocab`` are :class:`~tfm_lesson.data.Vocab` objects; ``num_layers`` is the depth of
+    each stack (encoder and decoder alike)."""
     share = len(src_vocab) == len(tgt_vocab) and list(src_vocab.itos) == list(tgt_vocab.itos)
-    settings = dict(src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), d_model=d_model, heads=heads, d_ff=d_ff,
-                    num_encoder_layers=layers, num_decoder_layers=layers, dropout=dropout, max_len=max_len,
-                    share_embeddings=share, tie_embeddings=True, src_pad_id=src_vocab.pad_id,
+    settings = dict(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=d_model, heads=heads,
+                    d_ff=d_ff, num_encoder_layers=num_layers, num_decoder_layers=num_layers, dropout=dropout,
+                    max_len=max_len, share_embeddings=share, tie_embeddings=True, src_pad_id=src_vocab.pad_id,
                     tgt_pad_id=tgt_vocab.pad_id)
     settings.update(overrides)
     return Transformer(TransformerConfig(**settings))
@@ -202,7 +205,7 @@ def train_step(model: nn.Module, src: Tensor, tgt: Tensor, optimizer: torch.opti
     sees the loss before ``backward`` and may raise (a diverged run stops before its bad step)."""
     decoder_input, labels = tgt[:, :-1], tgt[:, 1:]  # (batch, tgt_len - 1) each: teacher forcing
     with autocast if autocast is not None else nullcontext():
-        logits = model(src, decoder_input)  # (batch, tgt_len - 1, tgt_vocab)
+        logits = model(src, decoder_input)  # (batch, tgt_len - 1, tgt_vocab_size)
     loss = criterion(logits.float(), labels)
     loss_value = float(loss.detach())
     if check is not None:

@@ -651,10 +651,10 @@ def sampling_widget(model: nn.Module, tokenizer, prompt: str = "The", max_new_to
         t, k, p = float(temperature.value), int(top_k.value) or None, float(top_p.value)
         p = None if p >= 1.0 else p
         ids = tokenizer.encode(text or "\n")
-        context = model.config.context
-        if len(ids) + max_new_tokens > context:
+        max_len = model.config.max_len
+        if len(ids) + max_new_tokens > max_len:
             raise ValueError(f"the prompt is {len(ids)} tokens; with {max_new_tokens} new ones that passes the "
-                             f"model's context of {context}: shorten the prompt")
+                             f"model's context of max_len={max_len}: shorten the prompt")
         device = next(model.parameters()).device
         was_training = model.training
         model.eval()

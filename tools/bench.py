@@ -184,12 +184,12 @@ def bench_attention(device: torch.device, quick: bool = False, repeats: int | No
 STEP_CONFIGS = {
     # d_model 128, 4 heads, 2 + 2 layers, d_ff 512, batch 64, length 20; a shared 1,000-token vocabulary
     "small": dict(config=dict(d_model=128, heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512,
-                              src_vocab=1000, tgt_vocab=1000), batch=64, length=20),
+                              src_vocab_size=1000, tgt_vocab_size=1000), batch=64, length=20),
     # the paper's base model (table 3) with its shared, tied 37,000-token vocabulary; batch 8, length 32
     "base": dict(config=dict(), batch=8, length=32),
     # only for --quick: a few seconds
     "tiny": dict(config=dict(d_model=64, heads=4, num_encoder_layers=1, num_decoder_layers=1, d_ff=128,
-                             src_vocab=200, tgt_vocab=200), batch=16, length=12),
+                             src_vocab_size=200, tgt_vocab_size=200), batch=16, length=12),
 }
 
 
@@ -201,7 +201,8 @@ STEP_REPEATS = {"small": 21, "base": 5}
 def training_flops(config: TransformerConfig, batch: int, src_len: int, tgt_len: int) -> int:
     """Matmul FLOPs of one training step (forward + backward = 3 x forward; 2 FLOPs per multiply-add).
 
-    Multiply-adds of the forward pass, per sequence (d = d_model, f = d_ff, S = src_len, T = tgt_len, V = tgt_vocab):
+    Multiply-adds of the forward pass, per sequence (d = d_model, f = d_ff, S = src_len, T = tgt_len,
+    V = tgt_vocab_size):
     - each encoder layer: ``S (4 d^2 + 2 d f)`` (Q, K, V, O projections; FFN) ``+ 2 S^2 d`` (Q K^T and A V);
     - each decoder layer: ``T (4 d^2 + 2 d^2 + 2 d f)`` (self-attention projections; cross-attention Q and O;
       FFN) ``+ S 2 d^2`` (cross-attention K and V on the memory) ``+ 2 T^2 d + 2 T S d`` (the two attentions,
@@ -213,7 +214,7 @@ def training_flops(config: TransformerConfig, batch: int, src_len: int, tgt_len:
     S, T = src_len, tgt_len
     enc = config.num_encoder_layers * (S * (4 * d * d + 2 * d * f) + 2 * S * S * d)
     dec = config.num_decoder_layers * (T * (6 * d * d + 2 * d * f) + S * 2 * d * d + 2 * T * T * d + 2 * T * S * d)
-    gen = T * d * config.tgt_vocab
+    gen = T * d * config.tgt_vocab_size
     return 3 * 2 * batch * (enc + dec + gen)
 
 
@@ -230,12 +231,12 @@ class TorchTransformer(nn.Module):
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         s, c = self.shell, self.shell.config
         src_pad, tgt_pad = src == c.src_pad_id, tgt == c.tgt_pad_id  # nn's polarity: True = padding
-        x = s._embed(src, s.src_embed, "src", c.src_vocab)
-        y = s._embed(tgt, s.tgt_embed, "tgt", c.tgt_vocab)
+        x = s._embed(src, s.src_embed, "src", c.src_vocab_size)
+        y = s._embed(tgt, s.tgt_embed, "tgt", c.tgt_vocab_size)
         causal = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device).triu(1)  # True = blocked
         h = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
                       memory_key_padding_mask=src_pad)
-        return s.generator(h)  # (batch, tgt_len, tgt_vocab)
+        return s.generator(h)  # (batch, tgt_len, tgt_vocab_size)
 
 
 def _step_models(name: str, device: torch.device) -> tuple[Transformer, TorchTransformer, dict]:
@@ -277,7 +278,7 @@ def bench_step(device: torch.device, quick: bool = False, repeats: int | None = 
     for name in configs:
         turns = repeats or (2 if quick else STEP_REPEATS.get(name, 5))
         ours, theirs, spec = _step_models(name, device)
-        src, tgt = _batch(spec, ours.config.src_vocab, device)
+        src, tgt = _batch(spec, ours.config.src_vocab_size, device)
         # the same computation: losses agree with dropout off (torch's inference fast path off as well)
         ours.eval(), theirs.eval()
         fastpath = torch.backends.mha.get_fastpath_enabled()
@@ -305,7 +306,7 @@ def bench_step(device: torch.device, quick: bool = False, repeats: int | None = 
         matmul = 2 * peak_size ** 3 / t.pop("matmul")
         flops = training_flops(ours.config, spec["batch"], spec["length"], spec["length"])
         tokens = int((src != 0).sum() + (tgt[:, 1:] != 0).sum())
-        row = dict(config=name, batch=spec["batch"], length=spec["length"], vocab=ours.config.tgt_vocab,
+        row = dict(config=name, batch=spec["batch"], length=spec["length"], vocab=ours.config.tgt_vocab_size,
                    d_model=ours.config.d_model, parameters=sum(p.numel() for p in ours.parameters()),
                    flops_per_step=flops, tokens_per_step=tokens, loss_gap=loss_gap,
                    repeats=turns, ms={k: 1e3 * v for k, v in t.items()},
@@ -452,7 +453,7 @@ def bench_generation(device: torch.device, quick: bool = False, repeats: int | N
     size = dict(d_model=64, heads=4, d_ff=256, num_layers=2) if quick else \
         dict(d_model=256, heads=8, d_ff=1024, num_layers=4)
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=1024, context=16 + new_tokens, **size)
+    config = GPTConfig(vocab_size=1024, max_len=16 + new_tokens, **size)
     model = GPT(config).to(device)
     prompt = torch.randint(0, config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0)).to(device)
     runs: dict[str, list[list[float]]] = {"cached": [], "uncached": []}

@@ -376,7 +376,7 @@ print("reshape without the transpose gives h back:", torch.equal(wrong_merge, h)
 # lengths, and run the cell again. In Jupyter the last expression shows as a table; `print(trace)` gives text.
 
 # %%
-tiny = tfm_lesson.Transformer(src_vocab=20, tgt_vocab=20, d_model=16, heads=2, d_ff=32,
+tiny = tfm_lesson.Transformer(src_vocab_size=20, tgt_vocab_size=20, d_model=16, heads=2, d_ff=32,
                               num_encoder_layers=2, num_decoder_layers=2).to(device).eval()
 src = torch.randint(4, 20, (2, 7), device=device)  # (batch, src_len) token ids
 tgt = torch.randint(4, 20, (2, 5), device=device)  # (batch, tgt_len)

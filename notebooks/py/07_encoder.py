@@ -306,7 +306,7 @@ vocab = Vocab(words)
 print(len(vocab), "tokens:", vocab.itos)
 
 T.seed_everything(0)
-model = T.Transformer(src_vocab=len(vocab), tgt_vocab=len(vocab), d_model=32, heads=4, d_ff=64,
+model = T.Transformer(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), d_model=32, heads=4, d_ff=64,
                       num_encoder_layers=3, num_decoder_layers=3, dropout=0.1, max_len=64).to(device).eval()
 
 sentences = ["the cat sat on the mat", "a dog ran"]  # the second is padded to the first's length

@@ -281,7 +281,7 @@ torch.backends.mha.set_fastpath_enabled(True)  # back to torch's default
 # %%
 vocab = Vocab("the cat sat on mat a dog ran le chat est assis sur tapis un chien".split())
 T.seed_everything(0)
-model = T.Transformer(src_vocab=len(vocab), tgt_vocab=len(vocab), d_model=32, heads=4, d_ff=64,
+model = T.Transformer(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), d_model=32, heads=4, d_ff=64,
                       num_encoder_layers=2, num_decoder_layers=2, max_len=64).to(device).eval()
 source, target = "the cat sat on the mat", "le chat est assis sur le tapis"
 src_ids = torch.tensor([vocab.encode(source)], device=device)                  # (1, s): ... </s>

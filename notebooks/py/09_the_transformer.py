@@ -137,7 +137,7 @@ print("generator(h) == h @ E^T:", torch.allclose(generator(h), h @ embedding.wei
 # A vector of the decoder is thus scored against every token's embedding by a dot product: the next token is
 # the one whose (input) embedding best matches the decoder's state. Sharing the source and target embedding
 # as well requires one joint vocabulary — the paper uses byte-pair encoding over English and German together;
-# `T.TransformerConfig(share_embeddings=True)` checks that `src_vocab == tgt_vocab`.
+# `T.TransformerConfig(share_embeddings=True)` checks that `src_vocab_size == tgt_vocab_size`.
 #
 # ### The generator: logits, softmax, log-softmax
 #
@@ -170,7 +170,7 @@ print("cross_entropy(logits) == nll_loss(log_softmax):",
 # %%
 # NBVAL_CHECK_OUTPUT
 T.seed_everything(0)
-small = T.Transformer(src_vocab=100, tgt_vocab=100, d_model=64, heads=4, d_ff=128, num_encoder_layers=1,
+small = T.Transformer(src_vocab_size=100, tgt_vocab_size=100, d_model=64, heads=4, d_ff=128, num_encoder_layers=1,
                       num_decoder_layers=1)
 layer0 = small.encoder.layers[0]
 print("std(W^Q) * sqrt((64 + 64) / 2):  ", round(layer0.self_attn.w_q.weight.std().item() * math.sqrt(64), 1))
@@ -194,7 +194,7 @@ del small
 
 # %%
 vocab = Vocab("the cat sat on mat a dog ran le chat est assis sur tapis un chien a couru".split())
-config = T.TransformerConfig(src_vocab=len(vocab), tgt_vocab=len(vocab), d_model=32, heads=4, d_ff=64,
+config = T.TransformerConfig(src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), d_model=32, heads=4, d_ff=64,
                              num_encoder_layers=2, num_decoder_layers=2, max_len=64)
 T.seed_everything(0)
 model = T.Transformer(config).to(device).eval()
@@ -462,7 +462,7 @@ check_tie_weights(tie_weights)
 #
 # Write `count_by_formula(c)` for a `T.TransformerConfig` `c` (sinusoidal positions, biases, post-norm, no
 # final norm) that returns the exact number of parameters of `T.Transformer(c)` — without building it. Use
-# `c.d_model`, `c.d_ff`, `c.num_encoder_layers`, `c.num_decoder_layers`, `c.src_vocab`, `c.tgt_vocab` (the
+# `c.d_model`, `c.d_ff`, `c.num_encoder_layers`, `c.num_decoder_layers`, `c.src_vocab_size`, `c.tgt_vocab_size` (the
 # vocabulary sizes, ints), and
 # mind `c.share_embeddings` (one matrix for source and target) and `c.tie_embeddings` (generator = target
 # embedding; an untied generator has no bias).
@@ -479,8 +479,8 @@ def count_by_formula(c):
     ffn = 2 * d * f + f + d
     encoder = c.num_encoder_layers * (attention + ffn + 2 * 2 * d)
     decoder = c.num_decoder_layers * (2 * attention + ffn + 3 * 2 * d)
-    embeddings = c.src_vocab * d + (0 if c.share_embeddings else c.tgt_vocab * d)
-    generator = 0 if c.tie_embeddings else c.tgt_vocab * d
+    embeddings = c.src_vocab_size * d + (0 if c.share_embeddings else c.tgt_vocab_size * d)
+    generator = 0 if c.tie_embeddings else c.tgt_vocab_size * d
     return encoder + decoder + embeddings + generator
 
 

@@ -50,6 +50,7 @@ import tfm_lesson as T
 from tfm_lesson import viz, widgets
 from tfm_lesson.checks import check_heads_off, check_query_entropy, check_rank_correlation, yours_or_reference
 from tfm_lesson.data import batches, load_task
+from tfm_lesson.recipes import RECIPES
 from tfm_lesson.training import evaluate, make_model, train
 
 T.seed_everything(0)
@@ -65,7 +66,7 @@ print("running on", device.type)
 # about 100 of 50,000). French reorders and
 # merges: *ninety-seven* is *quatre-vingt-dix-sept* ("four-twenty-ten-seven"), *one thousand* is *mille*
 # without the "one". The model: $d_\text{model} = 64$, 4 heads, 2 + 2 layers, trained for a fixed 400 steps
-# with chapter 10's recipe (it prints a line after each validation).
+# with chapter 10's recipe for this task, `RECIPES["numbers"]` (it prints a line after each validation).
 
 # %%
 data = load_task("numbers", seed=0)
@@ -75,11 +76,11 @@ for src, tgt in data.train[:3]:
 
 # %%
 T.seed_everything(0)
-model = make_model(data.src_vocab, data.tgt_vocab, d_model=64, heads=4, layers=2, d_ff=128, dropout=0.0)
+recipe = RECIPES["numbers"]  # chapter 10's recipe for this task: the model's size and the training run
+model = make_model(data.src_vocab, data.tgt_vocab, **recipe["model"])
 start = time.perf_counter()
-history = train(model, data, steps=400, batch_size=128, warmup=100, peak_lr=3e-3, eval_every=200,
-                device=device, seed=0, progress=False)
-print(f"trained 400 steps in {time.perf_counter() - start:.0f} s on {device.type}")
+history = train(model, data, **recipe["train"], eval_every=200, device=device, seed=0, progress=False)
+print(f"trained {recipe['train']['steps']} steps in {time.perf_counter() - start:.0f} s on {device.type}")
 baseline = evaluate(model, data.test[:200], data.src_vocab, data.tgt_vocab)
 print("held-out (200 test numbers):", {k: round(v, 1) for k, v in baseline.items()})
 

@@ -437,7 +437,7 @@ def copy_batch(batch_size, gen):
 def train(cls, steps=300, attention=None):
     """Train ``cls`` on the copy task; ``attention``: a buggy class swapped into every attention module."""
     tfm_lesson.seed_everything(0)
-    model = cls(src_vocab=VOCAB, tgt_vocab=VOCAB, d_model=32, heads=4, d_ff=64, num_encoder_layers=1,
+    model = cls(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=32, heads=4, d_ff=64, num_encoder_layers=1,
                 num_decoder_layers=1, dropout=0.0, max_len=16).to(device)
     for module in model.modules():
         if attention is not None and type(module) is MultiHeadAttention:
@@ -733,7 +733,7 @@ class LearnedPositions(nn.Module):
 
 
 check_learned_positional_encoding(LearnedPositions)
-small = dict(src_vocab=12, tgt_vocab=12, d_model=16, heads=4, d_ff=32, num_encoder_layers=1,
+small = dict(src_vocab_size=12, tgt_vocab_size=12, d_model=16, heads=4, d_ff=32, num_encoder_layers=1,
              num_decoder_layers=1, dropout=0.0, max_len=16)
 print(type(Transformer(positional="learned", **small).positional).__name__)
 

@@ -110,12 +110,14 @@ print("running on", device.type)
 #
 # ### From a decoder layer to a GPT block
 #
-# Chapter 08's `DecoderLayer` has three sub-layers; a `GPTBlock` has two. Here are their parts side by side:
+# Chapter 08's `DecoderLayer` has three sub-layers; a `GPTBlock` has two. `GPTConfig` holds a GPT's settings;
+# its `max_len` is the context: the most positions the model sees, prompt and generated tokens together.
+# Here are the two layers' parts side by side:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 d_model, heads, d_ff = 64, 4, 256
-config = GPTConfig(vocab_size=512, context=64, d_model=d_model, heads=heads, d_ff=d_ff, num_layers=2)
+config = GPTConfig(vocab_size=512, max_len=64, d_model=d_model, heads=heads, d_ff=d_ff, num_layers=2)
 decoder_layer = T.DecoderLayer(d_model, heads, d_ff, dropout=0.0, norm_first=True, activation="gelu")
 block = GPTBlock(config)
 
@@ -191,10 +193,10 @@ class MyGPTBlock(nn.Module):
 
 
 class MyGPT(nn.Module):
-    def __init__(self, vocab_size, context, d_model, heads, d_ff, num_layers):
+    def __init__(self, vocab_size, max_len, d_model, heads, d_ff, num_layers):
         super().__init__()
         self.tok_embed = nn.Embedding(vocab_size, d_model)
-        self.positional = T.LearnedPositionalEncoding(d_model, context)
+        self.positional = T.LearnedPositionalEncoding(d_model, max_len)
         self.blocks = nn.ModuleList(MyGPTBlock(d_model, heads, d_ff) for _ in range(num_layers))
         self.norm = T.LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
@@ -339,27 +341,27 @@ for text in ["Zebras can't fly 🦓", "naïve café, e\u0301, 日本語", "nul\x
 #
 # ### Next-token batches
 #
-# The whole training text is one long sequence of ids. A batch is `batch_size` windows of `context + 1` tokens
-# at random places; each window gives inputs `x` (its first `context` tokens) and targets `y` (its last
-# `context`): the same tokens, one step later.
+# The whole training text is one long sequence of ids. A batch is `batch_size` windows of `max_len + 1` tokens
+# at random places; each window gives inputs `x` (its first `max_len` tokens) and targets `y` (its last
+# `max_len`): the same tokens, one step later.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-x, y = random_windows(data.train, batch_size=4, context=12, generator=torch.Generator().manual_seed(0))
-print("x", tuple(x.shape), " y", tuple(y.shape), "(batch, context)")
+x, y = random_windows(data.train, batch_size=4, max_len=12, generator=torch.Generator().manual_seed(0))
+print("x", tuple(x.shape), " y", tuple(y.shape), "(batch, max_len)")
 print("y is x shifted by one:", torch.equal(x[:, 1:], y[:, :-1]))
 for t in range(4):
     print(f"after {tokenizer.decode(x[0, :t + 1].tolist())!r:28} comes {tokenizer.decode([int(y[0, t])])!r}")
 
 # %% [markdown]
-# One window is `context` training examples at once: position $t$ sees `x[:t+1]` (the causal mask) and is
+# One window is `max_len` training examples at once: position $t$ sees `x[:t+1]` (the causal mask) and is
 # scored on `y[t]`.
 #
 # ## Train it
 #
-# The model: 2 blocks, $d_\text{model} = 64$, 4 heads, $d_{ff} = 256$, a context of 64 tokens, a vocabulary of
-# 512. Before training it knows nothing: its perplexity is about the vocabulary size, and its "text" is a string
-# of random tokens: single bytes (some of them pieces of a multi-byte character, drawn `�`) and pieces of words. The unigram baseline is computed from token counts alone.
+# The model: 2 blocks, $d_\text{model} = 64$, 4 heads, $d_{ff} = 256$, a context of `max_len` = 64 tokens, a
+# vocabulary of 512. Before training it knows nothing: its perplexity is about the vocabulary size, and its
+# "text" is a string of random tokens: single bytes (some of them pieces of a multi-byte character, drawn `�`) and pieces of words. The unigram baseline is computed from token counts alone.
 
 # %%
 torch.manual_seed(0)
@@ -652,18 +654,18 @@ check_next_token_probs(next_token_probs)
 # ### Exercise 3: inputs and targets
 # **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
-# Write `next_token_windows(ids, starts, context)`: `ids` is a 1-D tensor of token ids, `starts` a 1-D tensor of
-# `batch` start positions. Return `(x, y)`, each `(batch, context)`: row `b` of `x` is the `context` tokens
+# Write `next_token_windows(ids, starts, max_len)`: `ids` is a 1-D tensor of token ids, `starts` a 1-D tensor of
+# `batch` start positions. Return `(x, y)`, each `(batch, max_len)`: row `b` of `x` is the `max_len` tokens
 # from `starts[b]` on, and row `b` of `y` the token that follows each of them.
 
 # %%
-def next_token_windows(ids: torch.Tensor, starts: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+def next_token_windows(ids: torch.Tensor, starts: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     ...  # your turn: (x, y)
 
 
 # %% tags=["solution"]
-def next_token_windows(ids: torch.Tensor, starts: torch.Tensor, context: int) -> tuple[torch.Tensor, torch.Tensor]:
-    window = ids[starts[:, None] + torch.arange(context + 1)]  # (batch, context + 1)
+def next_token_windows(ids: torch.Tensor, starts: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    window = ids[starts[:, None] + torch.arange(max_len + 1)]  # (batch, max_len + 1)
     return window[:, :-1], window[:, 1:]  # inputs, and the same tokens one step later
 
 

@@ -78,7 +78,7 @@ print("running on", device.type)
 # training).
 
 # %%
-cfg = T.GPTConfig(vocab_size=256, context=528, d_model=64, heads=4, d_ff=256, num_layers=2)
+cfg = T.GPTConfig(vocab_size=256, max_len=528, d_model=64, heads=4, d_ff=256, num_layers=2)
 gpt = T.GPT(cfg).to(device).eval()
 tokens = torch.randint(0, cfg.vocab_size, (1, 12)).to(device)  # drawn on the CPU, then moved
 
@@ -227,7 +227,7 @@ for sampling in (dict(temperature=0.0), dict(temperature=1.0, top_k=20), dict(te
 # batch of four sources:
 
 # %%
-seq2seq = T.Transformer(src_vocab=20, tgt_vocab=20, d_model=32, heads=4, d_ff=64, num_encoder_layers=2,
+seq2seq = T.Transformer(src_vocab_size=20, tgt_vocab_size=20, d_model=32, heads=4, d_ff=64, num_encoder_layers=2,
                         num_decoder_layers=2, max_len=64, share_embeddings=False, tie_embeddings=False).to(device)
 with torch.no_grad():
     seq2seq.generator.weight.normal_(0, 1.0)  # sharper, more varied predictions from a random model
@@ -366,10 +366,10 @@ print(f"a batch of 32 such sequences: {32 * gpt2_bytes / 2**30:.2f} GiB")
 #
 # Change the model and see how the two curves move: a wider model (`d_model=256`) makes every uncached step
 # heavier, so the ratio grows; a longer prompt raises the uncached line from the first token on. Keep
-# `context` at least prompt + new tokens.
+# `max_len` at least prompt + new tokens.
 
 # %%
-play_cfg = T.GPTConfig(vocab_size=256, context=16 + 128, d_model=64, heads=4, d_ff=256, num_layers=2)
+play_cfg = T.GPTConfig(vocab_size=256, max_len=16 + 128, d_model=64, heads=4, d_ff=256, num_layers=2)
 play = T.GPT(play_cfg).to(device).eval()
 play_prompt = torch.randint(0, play_cfg.vocab_size, (1, 16)).to(device)
 a, _ = time_per_token(play, play_prompt, 128, use_cache=True)

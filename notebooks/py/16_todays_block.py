@@ -118,9 +118,9 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-paper = GPTConfig(vocab_size=1000, context=128, d_model=64, heads=8, d_ff=256, num_layers=2,
+paper = GPTConfig(vocab_size=1000, max_len=128, d_model=64, heads=8, d_ff=256, num_layers=2,
                   norm_first=False, positional="sinusoidal", activation="relu")
-today = GPTConfig(vocab_size=1000, context=128, d_model=64, heads=8, d_ff=swiglu_hidden(256), num_layers=2,
+today = GPTConfig(vocab_size=1000, max_len=128, d_model=64, heads=8, d_ff=swiglu_hidden(256), num_layers=2,
                   norm="rms", positional="rope", activation="swiglu", kv_heads=2, bias=False)
 print(f"2017 block: {count(GPT(paper)):,} parameters; today's block: {count(GPT(today)):,} parameters")
 print(GPT(today).blocks[0])
@@ -144,7 +144,7 @@ print(GPT(today).blocks[0])
 
 # %%
 torch.manual_seed(0)
-deep = GPT(vocab_size=1000, context=64, d_model=64, heads=4, d_ff=256, num_layers=8).eval()
+deep = GPT(vocab_size=1000, max_len=64, d_model=64, heads=4, d_ff=256, num_layers=8).eval()
 sizes = []
 hooks = [block.register_forward_hook(lambda m, i, out: sizes.append(out.pow(2).mean().sqrt().item()))
          for block in deep.blocks]
@@ -504,7 +504,7 @@ prompt = torch.randint(0, 1000, (1, 200))
 cache_bytes = {}
 for kv_heads in (8, 4, 2, 1):
     torch.manual_seed(0)
-    model = GPT(vocab_size=1000, context=256, d_model=128, heads=8, d_ff=swiglu_hidden(512), num_layers=2, norm="rms",
+    model = GPT(vocab_size=1000, max_len=256, d_model=128, heads=8, d_ff=swiglu_hidden(512), num_layers=2, norm="rms",
                 positional="rope", activation="swiglu", kv_heads=kv_heads, bias=False).eval()
     caches = model.new_cache()
     with torch.no_grad():
@@ -522,7 +522,8 @@ for kv_heads in (8, 4, 2, 1):
 # %%
 # NBVAL_CHECK_OUTPUT
 for kv_heads in (9, 3):
-    mib = kv_cache_nbytes(batch=1, length=8192, layers=30, kv_heads=kv_heads, d_k=64, dtype=torch.bfloat16) / 2 ** 20
+    nbytes = kv_cache_nbytes(batch=1, length=8192, num_layers=30, kv_heads=kv_heads, d_k=64, dtype=torch.bfloat16)
+    mib = nbytes / 2 ** 20
     print(f"kv_heads={kv_heads}: {mib:,.0f} MiB per sequence")
 
 # %% [markdown]
@@ -538,7 +539,7 @@ for kv_heads in (9, 3):
 # %%
 # NBVAL_CHECK_OUTPUT
 for bias in (True, False):
-    model = GPT(vocab_size=1000, context=128, d_model=256, heads=8, d_ff=1024, num_layers=4, bias=bias)
+    model = GPT(vocab_size=1000, max_len=128, d_model=256, heads=8, d_ff=1024, num_layers=4, bias=bias)
     print(f"bias={bias!s:5s}: {count(model):,} parameters")
 
 # %% [markdown]
@@ -742,7 +743,7 @@ data = prepare_lm_data(load_corpus(), vocab_size=384, tokenizer_chars=50_000)
 todays_block = {key: value for _, change in VARIANTS[1:] for key, value in change.items()}
 tiny = run_ablation(data, seeds=(0, 1, 2), steps=60, batch_size=16, eval_tokens=8_000, log=None,
                     variants=[VARIANTS[0], ("today's block", todays_block)],
-                    context=32, d_model=32, heads=4, d_ff=128, num_layers=2)
+                    max_len=32, d_model=32, heads=4, d_ff=128, num_layers=2)
 print(format_summary(summarise(tiny)))
 plot_ablation(tiny, title="the tiny ablation: 60 steps per run")
 

@@ -138,7 +138,7 @@ print("second half (positions 9..16):", example[9:].tolist())
 
 # %%
 T.seed_everything(0)
-toy = AttentionOnly(VOCAB, d_model=64, heads=4, layers=2, max_len=1 + 2 * SEG)
+toy = AttentionOnly(VOCAB, d_model=64, heads=4, num_layers=2, max_len=1 + 2 * SEG)
 print(toy)
 print("parameters:", T.count_parameters(toy))
 before = induction_scores(toy, seg_len=SEG, batch=64, seed=1)  # scores of the untrained model, for later
@@ -439,7 +439,7 @@ check_alignment_error_rate(aer)
 # %%
 data = load_task("sentences", seed=0)
 T.seed_everything(0)
-model = make_model(data.src_vocab, data.tgt_vocab, d_model=128, heads=4, layers=2, d_ff=256, dropout=0.1)
+model = make_model(data.src_vocab, data.tgt_vocab, d_model=128, heads=4, num_layers=2, d_ff=256, dropout=0.1)
 start = time.perf_counter()
 history = train(model, data, steps=500, batch_size=64, warmup=200, peak_lr=2e-3, eval_every=None, device=device,
                 seed=0, progress=False, threads=1)

@@ -173,7 +173,7 @@ def check_forward_with_cache(fn: Callable) -> None:
     from ..gpt import GPT, GPTConfig
 
     torch.manual_seed(15)
-    model = GPT(GPTConfig(vocab_size=30, context=32, d_model=16, heads=2, d_ff=32, num_layers=2)).eval()
+    model = GPT(GPTConfig(vocab_size=30, max_len=32, d_model=16, heads=2, d_ff=32, num_layers=2)).eval()
     idx = torch.randint(0, 30, (2, 12), generator=torch.Generator().manual_seed(3))
     pieces = [(0, 4), (4, 5), (5, 6), (6, 7), (7, 12)]  # a prompt of 4, three single tokens, a chunk of 5
     with torch.no_grad():

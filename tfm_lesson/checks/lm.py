@@ -5,8 +5,8 @@
 - ``check_next_token_probs(fn)``: ``fn(logits (batch, vocab), temperature, top_k, top_p)`` -> the
   probabilities the next token is drawn from: temperature, then top-k, then top-p, renormalised; ``temperature
   == 0`` is greedy (all the probability on the argmax);
-- ``check_next_token_windows(fn)``: ``fn(ids (n,), starts (batch,), context)`` -> ``(x, y)``, each
-  ``(batch, context)``, with ``x[b] = ids[s : s + context]`` and ``y[b] = ids[s + 1 : s + context + 1]``.
+- ``check_next_token_windows(fn)``: ``fn(ids (n,), starts (batch,), max_len)`` -> ``(x, y)``, each
+  ``(batch, max_len)``, with ``x[b] = ids[s : s + max_len]`` and ``y[b] = ids[s + 1 : s + max_len + 1]``.
 """
 from __future__ import annotations
 
@@ -230,26 +230,26 @@ def check_next_token_probs(fn: Callable) -> None:
 
 # ------------------------------------------------------------------------------------- next-token windows
 def check_next_token_windows(fn: Callable) -> None:
-    """``fn(ids, starts, context)`` -> ``(x, y)``: inputs and their next tokens."""
+    """``fn(ids, starts, max_len)`` -> ``(x, y)``: inputs and their next tokens."""
     ids = torch.arange(100, 160)  # token ids that name their own position + 100
     cases = [(torch.tensor([0, 7, 30]), 8), (torch.tensor([51]), 8), (torch.tensor([3, 3]), 1)]
-    for starts, context in cases:
-        result = call(fn, ids.clone(), starts.clone(), context, what=f"your function (starts={starts.tolist()}, "
-                                                                      f"context={context})")
+    for starts, max_len in cases:
+        result = call(fn, ids.clone(), starts.clone(), max_len, what=f"your function (starts={starts.tolist()}, "
+                                                                      f"max_len={max_len})")
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             hint = "; did you forget a `return`?" if result is None else ""
             raise Mistake(f"return a pair (x, y) of tensors, got {type(result).__name__}{hint}")
         x, y = result
         expect(isinstance(x, Tensor) and isinstance(y, Tensor), "x and y must be tensors")
         batch = starts.numel()
-        want_x = torch.stack([ids[s: s + context] for s in starts.tolist()])  # (batch, context)
-        want_y = torch.stack([ids[s + 1: s + context + 1] for s in starts.tolist()])
-        if x.shape != (batch, context) or y.shape != (batch, context):
-            if x.shape == (batch, context + 1) or y.shape == (batch, context + 1):
-                raise Mistake(f"x and y must each hold `context` = {context} tokens: slice ids[s : s + context] for x "
-                              f"and ids[s + 1 : s + context + 1] for y (a window of context + 1 tokens, split in two "
+        want_x = torch.stack([ids[s: s + max_len] for s in starts.tolist()])  # (batch, max_len)
+        want_y = torch.stack([ids[s + 1: s + max_len + 1] for s in starts.tolist()])
+        if x.shape != (batch, max_len) or y.shape != (batch, max_len):
+            if x.shape == (batch, max_len + 1) or y.shape == (batch, max_len + 1):
+                raise Mistake(f"x and y must each hold `max_len` = {max_len} tokens: slice ids[s : s + max_len] for x "
+                              f"and ids[s + 1 : s + max_len + 1] for y (a window of max_len + 1 tokens, split in two "
                               f"overlapping views); got shapes {tuple(x.shape)} and {tuple(y.shape)}")
-            raise Mistake(f"x and y must be (batch, context) = ({batch}, {context}), got {tuple(x.shape)} and "
+            raise Mistake(f"x and y must be (batch, max_len) = ({batch}, {max_len}), got {tuple(x.shape)} and "
                           f"{tuple(y.shape)}")
         if torch.equal(x, want_x) and torch.equal(y, want_y):
             continue
@@ -258,12 +258,12 @@ def check_next_token_windows(fn: Callable) -> None:
                           "target at position t is the token AFTER x[t], i.e. ids[s + t + 1]")
         if torch.equal(x, want_y) and torch.equal(y, want_x):
             raise Mistake("x and y are swapped: the targets are shifted the wrong way, so position t would predict "
-                          "the token BEFORE it. x = ids[s : s + context], y = ids[s + 1 : s + context + 1]")
-        by_two = [ids[s + 2: s + context + 2] for s in starts.tolist()]
-        if torch.equal(x, want_x) and all(len(t) == context for t in by_two) and torch.equal(y, torch.stack(by_two)):
+                          "the token BEFORE it. x = ids[s : s + max_len], y = ids[s + 1 : s + max_len + 1]")
+        by_two = [ids[s + 2: s + max_len + 2] for s in starts.tolist()]
+        if torch.equal(x, want_x) and all(len(t) == max_len for t in by_two) and torch.equal(y, torch.stack(by_two)):
             raise Mistake("y is shifted by two: the target of x[t] is the very next token, ids[s + t + 1]")
         if torch.equal(x, want_x + 1) or torch.equal(x, want_x - 1):
             raise Mistake("the windows start one token off: x[b] must begin at ids[starts[b]]")
-        raise Mistake(f"for starts={starts.tolist()}, context={context}: x[0] = {x[0].tolist()}, y[0] = "
+        raise Mistake(f"for starts={starts.tolist()}, max_len={max_len}: x[0] = {x[0].tolist()}, y[0] = "
                       f"{y[0].tolist()}; expected x[0] = {want_x[0].tolist()}, y[0] = {want_y[0].tolist()}")
-    passed("check_next_token_windows", "x = ids[s : s + context], y = the same window one token later")
+    passed("check_next_token_windows", "x = ids[s : s + max_len], y = the same window one token later")

@@ -138,8 +138,8 @@ def _formula(c: TransformerConfig, *, cross: bool = True, biases: bool = True, n
     ln = 2 * d if norms else 0
     enc = c.num_encoder_layers * (mha + ff + 2 * ln)
     dec = c.num_decoder_layers * ((2 if cross else 1) * mha + ff + 3 * ln)
-    emb = c.src_vocab * d + (c.tgt_vocab * d if (not c.share_embeddings or extra_tgt) else 0)
-    gen = c.tgt_vocab * d if (not c.tie_embeddings or extra_gen) else 0
+    emb = c.src_vocab_size * d + (c.tgt_vocab_size * d if (not c.share_embeddings or extra_tgt) else 0)
+    gen = c.tgt_vocab_size * d if (not c.tie_embeddings or extra_gen) else 0
     return enc + dec + emb + gen
 
 
@@ -153,9 +153,9 @@ def check_parameter_count(fn: Callable) -> None:
         heads = rng.choice([2, 4])
         vocab = rng.randint(20, 60)
         configs.append(TransformerConfig(
-            src_vocab=vocab, tgt_vocab=vocab if share else vocab + rng.randint(1, 9), d_model=heads * 4, heads=heads,
-            d_ff=rng.choice([24, 40]), num_encoder_layers=rng.randint(1, 3), num_decoder_layers=rng.randint(1, 3),
-            share_embeddings=share, tie_embeddings=tie, max_len=64))
+            src_vocab_size=vocab, tgt_vocab_size=vocab if share else vocab + rng.randint(1, 9), d_model=heads * 4,
+            heads=heads, d_ff=rng.choice([24, 40]), num_encoder_layers=rng.randint(1, 3),
+            num_decoder_layers=rng.randint(1, 3), share_embeddings=share, tie_embeddings=tie, max_len=64))
     for c in configs:
         truth = count_parameters(Transformer(c)) if c.d_model < 64 else _formula(c)
         got = call(fn, replace(c), what="your parameter-count function")
@@ -166,7 +166,7 @@ def check_parameter_count(fn: Callable) -> None:
         if got == truth:
             continue
         settings = (f"d_model={c.d_model}, heads={c.heads}, d_ff={c.d_ff}, N_enc={c.num_encoder_layers}, "
-                    f"N_dec={c.num_decoder_layers}, vocab={c.src_vocab}/{c.tgt_vocab}, "
+                    f"N_dec={c.num_decoder_layers}, vocab={c.src_vocab_size}/{c.tgt_vocab_size}, "
                     f"share_embeddings={c.share_embeddings}, tie_embeddings={c.tie_embeddings}")
         suspects = {
             "the tied generator is counted again: with tie_embeddings it reuses the target embedding matrix, which "

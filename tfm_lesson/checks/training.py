@@ -262,7 +262,7 @@ def _tiny_model(seed: int) -> nn.Module:
     from ..model import Transformer, TransformerConfig
 
     torch.manual_seed(seed)
-    config = TransformerConfig(src_vocab=12, tgt_vocab=12, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
+    config = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
                                num_decoder_layers=1, dropout=0.0, max_len=32, share_embeddings=True,
                                tie_embeddings=True, src_pad_id=PAD, tgt_pad_id=PAD)
     return Transformer(config)
@@ -419,7 +419,7 @@ def _decode_model(dropout: float) -> nn.Module:
     from ..model import Transformer, TransformerConfig
 
     torch.manual_seed(3)
-    config = TransformerConfig(src_vocab=12, tgt_vocab=12, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
+    config = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=16, heads=2, d_ff=32, num_encoder_layers=1,
                                num_decoder_layers=1, dropout=dropout, max_len=32, share_embeddings=True,
                                tie_embeddings=False, src_pad_id=PAD, tgt_pad_id=PAD)
     model = Transformer(config)

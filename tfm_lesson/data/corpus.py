@@ -3,7 +3,7 @@ validation, and batches of random windows for next-token prediction.
 
     corpus = load_corpus()                      # the English side of the shipped sentence pairs
     corpus = load_corpus(path="my_book.txt")    # your own text
-    x, y = random_windows(ids, batch_size=32, context=64)   # (32, 64) each; y is x shifted left by one
+    x, y = random_windows(ids, batch_size=32, max_len=64)   # (32, 64) each; y is x shifted left by one
 
 **The default corpus** is the English half of ``sentences.tsv.gz``: 50,000 sentences generated for this
 course by :mod:`tfm_lesson.data.sentences` (a few hundred words, simple grammar: "The small teacher washes
@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from .._validate import renamed_keywords
 
 __all__ = ["Corpus", "load_corpus", "split_text", "random_windows", "CORPUS_LICENCE"]
 
@@ -103,22 +105,23 @@ def load_corpus(path: str | os.PathLike | None = None, text: str | None = None, 
     return Corpus(name, train, valid, licence)
 
 
-def random_windows(ids: Tensor, batch_size: int, context: int, generator: torch.Generator | None = None,
+@renamed_keywords(context="max_len")
+def random_windows(ids: Tensor, batch_size: int, max_len: int, generator: torch.Generator | None = None,
                    device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
     """``batch_size`` windows at random places of a 1-D id tensor. Returns ``(x, y)``, each
-    ``(batch_size, context)``, with ``y[:, t] = x[:, t + 1]``: the token that follows ``x[:, t]``."""
+    ``(batch_size, max_len)``, with ``y[:, t] = x[:, t + 1]``: the token that follows ``x[:, t]``."""
     if not isinstance(ids, Tensor) or ids.dim() != 1:
         raise ValueError(f"ids must be a 1-D tensor of token ids, got "
                          f"{tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__}")
-    for name, value in (("batch_size", batch_size), ("context", context)):
+    for name, value in (("batch_size", batch_size), ("max_len", max_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if ids.numel() < context + 1:
-        raise ValueError(f"ids holds {ids.numel()} tokens: too few for one window of context={context} "
-                         f"(needs context + 1 = {context + 1})")
-    starts = torch.randint(0, ids.numel() - context, (batch_size,), generator=generator)  # (batch,)
-    offsets = torch.arange(context + 1)  # (context + 1,)
-    windows = ids[starts[:, None] + offsets]  # (batch, context + 1)
+    if ids.numel() < max_len + 1:
+        raise ValueError(f"ids holds {ids.numel()} tokens: too few for one window of max_len={max_len} "
+                         f"(needs max_len + 1 = {max_len + 1})")
+    starts = torch.randint(0, ids.numel() - max_len, (batch_size,), generator=generator)  # (batch,)
+    offsets = torch.arange(max_len + 1)  # (max_len + 1,)
+    windows = ids[starts[:, None] + offsets]  # (batch, max_len + 1)
     x, y = windows[:, :-1], windows[:, 1:]  # inputs and their next tokens
     if device is not None:
         x, y = x.to(device), y.to(device)

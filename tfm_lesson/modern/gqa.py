@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._validate import check_dtype, check_features, check_positive_int, check_probability
+from .._validate import check_dtype, check_features, check_positive_int, check_probability, renamed_keywords
 from ..attention import fast_attention, scaled_dot_product_attention
 from ..cache import KVCache
 from ..masks import check_mask
@@ -32,12 +32,14 @@ def repeat_kv(x: Tensor, groups: int) -> Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
-def kv_cache_nbytes(batch: int, length: int, layers: int, kv_heads: int, d_k: int,
+@renamed_keywords(layers="num_layers")
+def kv_cache_nbytes(batch: int, length: int, num_layers: int, kv_heads: int, d_k: int,
                     dtype: torch.dtype = torch.float32) -> int:
-    """Bytes of a full KV cache: keys and values, ``2 x layers x batch x kv_heads x length x d_k`` numbers."""
-    for name, v in (("batch", batch), ("length", length), ("layers", layers), ("kv_heads", kv_heads), ("d_k", d_k)):
+    """Bytes of a full KV cache: keys and values, ``2 x num_layers x batch x kv_heads x length x d_k`` numbers."""
+    for name, v in (("batch", batch), ("length", length), ("num_layers", num_layers), ("kv_heads", kv_heads),
+                    ("d_k", d_k)):
         check_positive_int(v, name)
-    return 2 * layers * batch * kv_heads * length * d_k * torch.empty((), dtype=dtype).element_size()
+    return 2 * num_layers * batch * kv_heads * length * d_k * torch.empty((), dtype=dtype).element_size()
 
 
 class GroupedQueryAttention(nn.Module):
