@@ -52,3 +52,15 @@ def test_too_few_tokens_is_a_clear_error():
     data = SimpleNamespace(train=torch.tensor([0, 1]), valid=torch.tensor([0, 1, 0]), vocab_size=2)
     with pytest.raises(ValueError, match="context=8"):
         unigram_baseline(data, eval_tokens=100, context=8)
+
+
+@pytest.mark.slow
+def test_the_shipped_table_stores_this_baseline():
+    from tfm_lesson.ablation import load_ablation
+    from tfm_lesson.data.corpus import load_corpus
+    from tfm_lesson.lm import prepare_lm_data
+
+    settings = load_ablation()["settings"]
+    data = prepare_lm_data(load_corpus(), vocab_size=settings["vocab_size"], tokenizer_chars=50_000)
+    context = settings["sizes"].get("context", settings["sizes"].get("max_len", 64))
+    assert settings["unigram_loss"] == pytest.approx(unigram_baseline(data, settings["eval_tokens"], context), rel=1e-9)
