@@ -828,8 +828,8 @@ widgets.Explorer("rope_explorer", {"theta": theta_slider, "d_k": d_k_slider}, re
 # **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
 #
 # Large models run in 16-bit floats. float16 keeps about three decimal digits and nothing above 65,504, and
-# a residual stream whose features reach a few hundred is common in a trained model: squared, they pass
-# 65,504 and become `inf`. Section 2's `rms_norm_from_scratch` then divides by `sqrt(inf) = inf` and returns zeros.
+# a few features of a trained model's residual stream can reach hundreds or thousands (the "massive
+# activations" of Sun et al., 2024): squared, they pass 65,504 and become `inf`. Section 2's `rms_norm_from_scratch` then divides by `sqrt(inf) = inf` and returns zeros.
 # Try it first: run it on `torch.full((1, 4), 300.0, dtype=torch.float16)` with a float16 gain of ones.
 #
 # Write `rms_norm_half_safe(x, weight, eps)` for `x` of shape `(..., d_model)` in float16, bfloat16 or float32 and a
@@ -840,7 +840,7 @@ widgets.Explorer("rope_explorer", {"theta": theta_slider, "d_k": d_k_slider}, re
 # `rms_norm_from_scratch` is fine). It tries float16 activations of about 1,000, bfloat16, float32, another eps
 # and a 4-D input, and names: squares that overflow (statistics left in float16, or cast to float32 only after
 # squaring), a result left in float32, a result cast to a fixed float16 instead of the input's dtype, and the
-# RMSNorm slips of section 2 (a subtracted mean, eps outside the root, a fixed eps, a forgotten gain).
+# classic RMSNorm slips (a subtracted mean, eps outside the root, a fixed eps, a forgotten gain).
 
 # %%
 def rms_norm_half_safe(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -896,15 +896,15 @@ check_rotary(my_rope)
 
 # %% [markdown]
 # ### Exercise 3: SwiGLU's hidden size, as Llama sizes it
-# **Difficulty** 2/3 · **Importance** 2/3 · **Time** ~15 min
+# **Difficulty** 2/3 · **Importance** 2/3 · **Time** ~10 min
 #
 # Section 4 gave SwiGLU the parameters of the 2017 network by taking $\tfrac23$ of its $d_{ff}$. Published Llama
 # configs do that and two things more, and their sizes look odd as a result: Llama 2 7B has $d_{model} = 4096$
 # and `intermediate_size` 11,008. Work out the rule from these facts. The 2017 network's hidden size is
-# $4 d_{model}$; Llama takes $\tfrac23$ of it, rounded down to an integer (its code uses `int()`); the larger
-# models then multiply by `ffn_dim_multiplier` (1.3 in Llama 2 70B and Llama 3; rounded down again); and the
-# result is rounded to a multiple of `multiple_of` (256 for Llama 1 and 2 up to 13B, 1,024 for Llama 3 8B, 4,096
-# for the 70B models), the way that never makes the layer smaller than the budget.
+# $4 d_{model}$; Llama takes $\tfrac23$ of it, rounded down to an integer (its code uses `int()`); Llama 2 70B
+# and the Llama 3 models then multiply by `ffn_dim_multiplier` (1.3; rounded down again); and the result is
+# rounded to a multiple of `multiple_of` (256 in Llama 1 and in Llama 2 7B and 13B, 1,024 in Llama 3 8B, 4,096
+# in the 70B models), the way that never makes the layer smaller than the budget.
 #
 # Write `llama_hidden(d_model, multiple_of, ffn_dim_multiplier=None)`, returning an `int`, without the package's
 # `swiglu_hidden` (the checker refuses it). The checker compares your sizes with the published `intermediate_size`
@@ -930,6 +930,12 @@ def llama_hidden(d_model: int, multiple_of: int, ffn_dim_multiplier: float | Non
 # %%
 # NBVAL_CHECK_OUTPUT
 check_llama_hidden(llama_hidden)
+
+# %% [markdown]
+# The answer to the prediction: without the multiplier the rounding adds a percent or so, while the models with
+# `ffn_dim_multiplier` hold about a third more feed-forward parameters than the 2017 budget. The Llama 2 paper
+# (appendix A.2.1) raised the feed-forward size of its grouped-query models to keep their total parameter count,
+# since sharing key/value heads removes most of $W^K$ and $W^V$.
 
 
 # %% [markdown]
