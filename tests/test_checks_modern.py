@@ -267,3 +267,112 @@ def test_gqa_mistakes_are_named(fn, hint):
 def test_gqa_shape_mistake_is_reported():
     with pytest.raises(Mistake, match="shape"):
         check_grouped_query_attention(lambda q, k, v, m: gqa(q, k, v, m)[:, : k.size(1)])
+
+
+# exercise 1: RMSNorm safe in half precision ----------------------------------------------------------------------------
+from tfm_lesson.checks import check_llama_hidden, check_rms_norm_half  # noqa: E402
+
+
+def half_safe(x, weight, eps):
+    x32 = x.float()
+    return weight * (x32 / torch.sqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def test_rms_norm_half_reference_passes(capsys):
+    check_rms_norm_half(half_safe)
+    check_rms_norm_half(lambda x, w, eps: (w.float() * x.float() * torch.rsqrt(
+        x.float().pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype))  # the gain in float32 too: also right
+    assert "✔ check_rms_norm_half passed" in capsys.readouterr().out
+
+
+def test_rms_norm_half_stub_is_not_written_yet():
+    def stub(x, weight, eps):
+        ...
+    with pytest.raises(Mistake, match="not written yet"):
+        check_rms_norm_half(stub)
+
+
+@pytest.mark.parametrize("fn,hint", [
+    (lambda x, w, e: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + e) * w, "OVERFLOWED in float16"),
+    (lambda x, w, e: x / torch.sqrt(x.pow(2).float().mean(-1, keepdim=True) + e).to(x.dtype) * w,
+     "OVERFLOWED in float16"),
+    (lambda x, w, e: x.float() / torch.sqrt(x.float().pow(2).mean(-1, keepdim=True) + e) * w, "cast back"),
+    (lambda x, w, e: w * (x.float() / torch.sqrt(x.float().pow(2).mean(-1, keepdim=True) + e)).half(),
+     "not to a fixed"),
+    (lambda x, w, e: w * (x.float() / torch.sqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype),
+     "not the eps=0.01 passed"),
+    (lambda x, w, e: w * ((x.float() - x.float().mean(-1, keepdim=True)) / torch.sqrt(
+        x.float().var(-1, keepdim=True, unbiased=False) + e)).to(x.dtype), "MEAN IS SUBTRACTED"),
+    (lambda x, w, e: w * (x.float() / (x.float().pow(2).mean(-1, keepdim=True).sqrt() + e)).to(x.dtype),
+     "eps OUTSIDE"),
+    (lambda x, w, e: (x.float() / torch.sqrt(x.float().pow(2).mean(-1, keepdim=True) + e)).to(x.dtype),
+     "ignores the gain"),
+])
+def test_rms_norm_half_mistakes_are_named(fn, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_rms_norm_half(fn)
+
+
+def test_rms_norm_half_refuses_a_ready_made_norm():
+    def uses_library(x, weight, eps):
+        return F.rms_norm(x.float(), (x.size(-1),), weight.float(), eps).to(x.dtype)
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
+        check_rms_norm_half(uses_library)
+
+
+# exercise 3: SwiGLU's hidden size, as Llama sizes it -------------------------------------------------------------------
+def llama_hidden(d_model, multiple_of, ffn_dim_multiplier=None):
+    hidden = int(2 * 4 * d_model / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * math.ceil(hidden / multiple_of)
+
+
+def test_llama_hidden_reference_passes(capsys):
+    check_llama_hidden(llama_hidden)
+    out = capsys.readouterr().out
+    assert "✔ check_llama_hidden passed" in out and "Llama 2 7B 1.008" in out and "Llama 2 70B 1.312" in out
+
+
+def test_llama_hidden_stub_is_not_written_yet():
+    def stub(d_model, multiple_of, ffn_dim_multiplier=None):
+        ...
+    with pytest.raises(Mistake, match="not written yet"):
+        check_llama_hidden(stub)
+
+
+def _up(n, m):
+    return m * math.ceil(n / m)
+
+
+def _scale(h, mult):
+    return int(mult * h) if mult is not None else h
+
+
+@pytest.mark.parametrize("fn,hint", [
+    (lambda d, m, mult=None: _up(_scale(4 * d, mult), m), "keep the FFN's 4 \\* d_model"),
+    (lambda d, m, mult=None: _up(_scale(int(2 * d / 3), mult), m), "2/3 of d_model"),
+    (lambda d, m, mult=None: _up(_scale(int(3 * 4 * d / 2), mult), m), "3/2 instead of 2/3"),
+    (lambda d, m, mult=None: m * (_scale(int(8 * d / 3), mult) // m), "round DOWN"),
+    (lambda d, m, mult=None: _scale(int(8 * d / 3), mult), "skip the rounding"),
+    (lambda d, m, mult=None: _up(int(8 * d / 3), m), "ignore ffn_dim_multiplier"),
+    (lambda d, m, mult=None: int((mult or 1.0) * _up(int(8 * d / 3), m)), "AFTER rounding up"),
+    (lambda d, m, mult=None: float(llama_hidden(d, m, mult)), "return an int"),
+])
+def test_llama_hidden_mistakes_are_named(fn, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_llama_hidden(fn)
+
+
+def test_llama_hidden_unknown_mistake_gives_the_published_size():
+    with pytest.raises(Mistake, match="published intermediate_size is 22,016"):
+        check_llama_hidden(lambda d, m, mult=None: llama_hidden(d, m, mult) + 1)
+
+
+def test_llama_hidden_refuses_the_package_answer():
+    from tfm_lesson.modern import swiglu_hidden
+
+    def uses_package(d_model, multiple_of, ffn_dim_multiplier=None):
+        return swiglu_hidden(4 * d_model, multiple_of)
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
+        check_llama_hidden(uses_package)

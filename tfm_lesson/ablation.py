@@ -28,7 +28,7 @@ import torch
 from ._io import atomic_open, check_writable_file
 from .modern.swiglu import swiglu_hidden
 
-__all__ = ["VARIANTS", "variant_configs", "run_ablation", "summarise", "load_ablation", "format_summary",
+__all__ = ["VARIANTS", "variant_configs", "run_ablation", "unigram_baseline", "summarise", "load_ablation", "format_summary",
            "plot_ablation", "ABLATION_FILE", "DEFAULT_OUT", "build_parser", "main"]
 
 ABLATION_FILE = "modern_ablation.json"
@@ -77,7 +77,7 @@ def run_ablation(data=None, seeds: Sequence[int] = (0, 1, 2), steps: int = 300, 
     """
     from .data.corpus import load_corpus
     from .gpt import GPT
-    from .lm import prepare_lm_data, train_lm, unigram_perplexity
+    from .lm import prepare_lm_data, train_lm
 
     if data is None:
         data = prepare_lm_data(load_corpus(), vocab_size=384, tokenizer_chars=50_000)
@@ -99,12 +99,28 @@ def run_ablation(data=None, seeds: Sequence[int] = (0, 1, 2), steps: int = 300, 
             if log:
                 log(f"{name:32s} seed {seed}: valid loss {runs[-1]['valid_loss']:.4f} "
                     f"({runs[-1]['parameters']:,} parameters, {seconds:.0f} s)")
-    unigram = math.log(unigram_perplexity(data.train, data.valid[: eval_tokens + 1], data.vocab_size))
+    first = configs[0][1]
+    unigram = unigram_baseline(data, eval_tokens, first["max_len"])  # the models' window
     return dict(settings=dict(seeds=list(seeds), steps=steps, batch_size=batch_size, lr=lr, eval_tokens=eval_tokens,
                               vocab_size=data.vocab_size, corpus=data.name, sizes=sizes, unigram_loss=unigram,
                               configs={name: config for name, config in configs},
                               machine=f"{platform.machine()} CPU, 1 thread, torch {torch.__version__}"),
                 runs=runs)
+
+
+def unigram_baseline(data, eval_tokens: int = 20_000, max_len: int = 64) -> float:
+    """The held-out loss, in nats per token, of a model that ignores the context: the cross-entropy of the unigram
+    distribution of ``data.train`` (token frequencies, add-one smoothing: :func:`tfm_lesson.lm.unigram_perplexity`)
+    on exactly the tokens the trained models are scored on. :func:`tfm_lesson.lm.train_lm` scores the targets of
+    ``eval_tokens // max_len`` consecutive windows of ``max_len`` tokens of ``data.valid``: tokens 1 to
+    ``(eval_tokens // max_len) * max_len`` (token 0 is only ever an input)."""
+    from .lm import unigram_perplexity
+
+    n = (min(eval_tokens, data.valid.numel() - 1) // max_len) * max_len  # as train_lm's evaluation reads them
+    if n < 1:
+        raise ValueError(f"unigram_baseline: eval_tokens={eval_tokens} and {data.valid.numel()} validation tokens "
+                         f"hold no window of max_len={max_len}")
+    return math.log(unigram_perplexity(data.train, data.valid[1: n + 1], data.vocab_size))
 
 
 # two-sided 95% quantiles of Student's t distribution, by degrees of freedom (seeds - 1)

@@ -4,6 +4,9 @@ Both run the encoder once (``model.encode``) and then add one token per step, re
 prediction for the last position. With ``use_cache=True`` (the default, chapter 15) each step feeds only
 the newest token and the decoder's layers keep the keys and values of the earlier ones; with
 ``use_cache=False`` each step runs ``model.decode`` on the whole prefix again. Both give the same tokens.
+Every decoder here also takes ``threads`` (default ``"auto"``, the thread rule of
+:func:`tfm_lesson.device.auto_threads`: one thread for a small model on the CPU), so that what it decodes does not
+depend on the machine's thread count.
 
     tokens = greedy_decode(model, src, max_len=20, bos_id=1, eos_id=2)      # (batch, <= 21)
     tokens = beam_search(model, src, beam_size=4, max_len=20, bos_id=1, eos_id=2)
@@ -26,6 +29,7 @@ from torch import Tensor, nn
 
 from ._validate import check_positive_int
 from .cache import causal_mask_with_offset
+from .device import follows_thread_rule
 from .masks import padding_mask
 
 SYNC_EVERY = 8  # steps between checks of "has every row ended?" (each check copies one bool to the host)
@@ -78,6 +82,7 @@ def _next_log_probs(model: nn.Module, ys: Tensor, memory: Tensor, src_mask: Tens
     return model.generator(states[:, -1]).float().log_softmax(dim=-1)  # (batch, tgt_vocab_size)
 
 
+@follows_thread_rule
 def greedy_decode(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int,
                   src_mask: Tensor | None = None, use_cache: bool = True) -> Tensor:
     """Pick the most probable next token at every step, for a whole batch at once.
@@ -116,6 +121,7 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     return ((5 + length) / 6) ** alpha
 
 
+@follows_thread_rule
 def beam_search(model: nn.Module, src: Tensor, beam_size: int, max_len: int, bos_id: int, eos_id: int,
                 length_penalty_alpha: float = 0.6, src_mask: Tensor | None = None,
                 return_scores: bool = False, use_cache: bool = True) -> Tensor | tuple[Tensor, Tensor]:
@@ -181,6 +187,7 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int, max_len: int, bos
     return out
 
 
+@follows_thread_rule
 def sequence_log_prob(model: nn.Module, src: Tensor, tokens: Tensor, eos_id: int) -> Tensor:
     """Total log-probability the model gives each target sequence (teacher forcing), up to and including
     its first ``eos_id``. src ``(batch, src_len)``, tokens ``(batch, 1 + n)`` starting with bos -> ``(batch,)``."""
@@ -203,6 +210,7 @@ def encode_texts(texts: Sequence[str], vocab, device: torch.device | str | None 
     return encode_batch(list(texts), vocab, device=device)
 
 
+@follows_thread_rule
 def translate(model: nn.Module, texts: Sequence[str], src_vocab, tgt_vocab, beam_size: int = 1,
               max_len: int | None = None, length_penalty_alpha: float = 0.6, batch_size: int = 128,
               use_cache: bool = True) -> list[str]:

@@ -2,15 +2,18 @@
 and the process group of ``torchrun`` (DistributedDataParallel). The same code on every machine."""
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import random
 from contextlib import contextmanager, nullcontext
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import nn
 
 __all__ = ["default_device", "seed_everything", "parse_device", "cpu_threads", "auto_threads", "threads_for",
+           "follows_thread_rule",
            "SMALL_MODEL", "amp_dtype", "DistributedInfo", "distributed_info", "distributed_plan", "is_main_process",
            "setup_distributed"]
 
@@ -88,6 +91,26 @@ def auto_threads(model: nn.Module, device: torch.device, threads: int | None | s
 def threads_for(model: nn.Module, device: torch.device, threads: int | None | str = "auto"):
     """``cpu_threads(auto_threads(model, device, threads))``: the block runs with the thread rule's count."""
     return cpu_threads(auto_threads(model, device, threads))
+
+
+def follows_thread_rule(fn: Callable) -> Callable:
+    """Decorate ``fn(model, ...)`` so that it runs under :func:`threads_for` on the model's device: it gains a
+    keyword argument ``threads`` (default ``"auto"``: one thread for a small model on the CPU; ``None``: torch's
+    count; a number: that count). Decoders use it, so that a decoded result does not depend on the machine's
+    thread count, as the trainers' results do not."""
+
+    @functools.wraps(fn)
+    def wrapper(model: nn.Module, *args: Any, threads: int | None | str = "auto", **kwargs: Any) -> Any:
+        first = next(model.parameters(), None) if isinstance(model, nn.Module) else None
+        device = first.device if first is not None else torch.device("cpu")
+        with threads_for(model, device, threads):
+            return fn(model, *args, **kwargs)
+
+    signature = inspect.signature(fn)
+    extra = inspect.Parameter("threads", inspect.Parameter.KEYWORD_ONLY, default="auto",
+                              annotation="int | None | str")
+    wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), extra])
+    return wrapper
 
 
 # --------------------------------------------------------------------------------------------- distributed

@@ -167,10 +167,8 @@ def evaluate(model: nn.Module, pairs: Sequence[tuple[str, str]], src_vocab, tgt_
     pairs = list(pairs)[:limit] if limit else list(pairs)
     if not pairs:
         raise ValueError("evaluate: pairs is empty")
-    device = next(model.parameters()).device if any(True for _ in model.parameters()) else torch.device("cpu")
-    with cpu_threads(auto_threads(model, device, threads)):
-        hyps = translate(model, [s for s, _ in pairs], src_vocab, tgt_vocab, beam_size=beam_size,
-                         batch_size=batch_size, length_penalty_alpha=length_penalty_alpha)
+    hyps = translate(model, [s for s, _ in pairs], src_vocab, tgt_vocab, beam_size=beam_size,  # under the thread rule
+                     batch_size=batch_size, length_penalty_alpha=length_penalty_alpha, threads=threads)
     refs = [tgt_vocab.normalize(t) for _, t in pairs]
     return scores(hyps, refs)
 

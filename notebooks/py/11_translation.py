@@ -138,7 +138,8 @@ start = time.perf_counter()
 history = train(model, data, **RECIPES["sentences"]["train"], eval_every=100, device=device, seed=0, progress=False)
 train_seconds = time.perf_counter() - start
 print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device.type} "
-      f"({platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()})")
+      f"({platform.machine()}, {os.cpu_count()} cores; training and decoding use "
+      f"{T.device.auto_threads(model, device) or 'all'} thread(s), the package's thread rule)")
 
 # %% [markdown]
 # Is this loss curve normal? The band holds three runs of the same recipe with different seeds:
@@ -270,9 +271,11 @@ for hyp in (["le chat noir dort .", "les enfants ne mangent pas ."],
 # touches the word), and little in chrF.
 #
 # The lines above are those of the run stored with this page, made on a 2-core x86-64 CPU: the training time is
-# printed under the training cell, and your machine's will differ. So, a little, can the scores: another CPU
-# rounds differently, and on a GPU `train` uses mixed precision (16-bit floats for most of the arithmetic), so
-# expect scores that differ by a point or so and other sentences among the mistakes. Beam search gains little over greedy here
+# printed under the training cell, and your machine's will differ. The scores do not depend on the machine's
+# number of cores: training and the package's decoders run on one thread (its thread rule for a model
+# this small), so the chapter prints the same figures each time it runs on one machine. Another kind of CPU can
+# still round differently, and on a GPU the figures differ slightly (mixed precision in `train`, other kernels),
+# with other sentences among the mistakes. Beam search gains little over greedy here
 # (compare the two rows), for the reason given above. Note also that the last validation line (200 validation
 # sentences) and the test rows (500 test sentences) differ by several points: different sentences, small
 # samples. The first example below shows one kind of mistake left, an agreement error; nothing here counts how

@@ -487,8 +487,8 @@ viz.plot_lines({"correct": loss_right, "causal mask off by one, tril(1)": loss_l
 # The leaky curve drops below the correct one **at once**: copying the next decoder input is easier than
 # finding the token in the source, so over steps 10–49 its loss is already well below both others (1.67,
 # against 2.11 for the correct model and 2.14 for the $\sqrt{d_{model}}$ one, in the cell above: the figures of
-# the run stored with this page, on a CPU; another machine, a GPU especially, prints slightly different ones,
-# with the same gap). That early gap is the classic sign of a leak. A lower *final* loss is not:
+# the run stored with this page, on a CPU; another machine prints slightly different ones, and on a GPU the
+# figures differ slightly too, its kernels rounding differently). That early gap is the classic sign of a leak. A lower *final* loss is not:
 # here the $\sqrt{d_{model}}$ model also ends below the correct one, and it leaks nothing. At inference the
 # leak has nothing to read (the next token does not exist yet), and the greedy accuracy shows what the model
 # really learned. The $\sqrt{d_{model}}$ model trains as well as the correct one on this small task (its

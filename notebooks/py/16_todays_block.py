@@ -76,12 +76,13 @@ import tfm_lesson
 import tfm_lesson as T
 from tfm_lesson import viz, widgets
 from tfm_lesson.cache import KVCache
-from tfm_lesson.checks import check_grouped_query_attention, check_rms_norm, check_rotary, check_swiglu
+from tfm_lesson.checks import check_grouped_query_attention, check_llama_hidden, check_rms_norm_half, check_rotary
 from tfm_lesson.gpt import GPT, GPTConfig
 from tfm_lesson.interop import from_hf, hf_config
 from tfm_lesson.modern import (GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU, interleaved_to_halves,
                                kv_cache_nbytes, swiglu_hidden)
-from tfm_lesson.ablation import VARIANTS, format_summary, load_ablation, plot_ablation, run_ablation, summarise
+from tfm_lesson.ablation import (VARIANTS, format_summary, load_ablation, plot_ablation, run_ablation, summarise,
+                                 unigram_baseline)
 
 tfm_lesson.seed_everything(0)
 device = tfm_lesson.default_device()
@@ -727,27 +728,36 @@ else:
 # ### A tiny ablation, run here
 #
 # The first and the last variants only, three seeds each, 60 steps of a very small model ($d_{model} = 32$,
-# a context of 32 tokens). After 60 steps the models have barely moved from the unigram baseline, and the
-# seeds disagree: look at how wide the interval of the difference is.
-# That is what a budget this small can say. (The figure's title gives the unigram baseline measured on the
-# 8,000 held-out tokens these small runs are scored on; the full ablation below scores on more of the
-# held-out text, so the baseline it prints differs in the second decimal. Same kind of model, different text:
-# compare each run with its own baseline. On a GPU these small runs print slightly different losses, since
-# its kernels round differently; the full ablation below was run on a CPU, as its settings line prints.)
+# a context of 64 tokens). Every run, here and in the full ablation below, is scored on the same held-out
+# tokens (the first 20,000, read in windows of 64), and so is the **unigram baseline**: the loss of a model that
+# ignores the context and predicts every token with its frequency in the training text.
+# `unigram_baseline` computes it, the cross-entropy of those frequencies on exactly the tokens the models are
+# scored on; the ablation runner stores the same figure with its table. The cell below prints it, then the
+# table of the two variants. After 60 steps both have moved only a little below the baseline, and the seeds
+# spread: the interval of the paired difference is wider than any in the full ablation below, which trains five
+# times as many steps on batches twice as large. Whether three seeds separate the two blocks at this budget is
+# what the table's last column says; at a budget this small the answer can change with the seeds. (On a GPU
+# these small runs print slightly different losses, since its kernels round differently; the full ablation
+# below was run on a CPU, as its settings line prints.)
 
-# %% mystnb={"image": {"alt": "Ablation picture of two variants: left, the held-out loss of each seed with mean and standard deviation; right, the paired change of today's block with its 95% interval, which crosses zero."}}
+# %% mystnb={"image": {"alt": "Ablation picture of two variants: left, the held-out loss of each seed with mean and standard deviation; right, the paired change of today's block with its wide 95% interval, which stays below zero."}}
 from tfm_lesson.data.corpus import load_corpus
 from tfm_lesson.lm import prepare_lm_data
 
 data = prepare_lm_data(load_corpus(), vocab_size=384, tokenizer_chars=50_000)
 todays_block = {key: value for _, change in VARIANTS[1:] for key, value in change.items()}
-tiny = run_ablation(data, seeds=(0, 1, 2), steps=60, batch_size=16, eval_tokens=8_000, log=None,
+tiny = run_ablation(data, seeds=(0, 1, 2), steps=60, batch_size=16, eval_tokens=20_000, log=None,
                     variants=[VARIANTS[0], ("today's block", todays_block)],
-                    max_len=32, d_model=32, heads=4, d_ff=128, num_layers=2)
+                    max_len=64, d_model=32, heads=4, d_ff=128, num_layers=2)
+baseline = unigram_baseline(data, eval_tokens=20_000, max_len=64)
+print(f"unigram baseline (a model that ignores the context): {baseline:.3f} nats per token")
 print(format_summary(summarise(tiny)))
 plot_ablation(tiny, title="the tiny ablation: 60 steps per run")
 
 # %% [markdown]
+# The cell above prints the unigram baseline, 4.638 nats per token: the score of a model that knows how
+# frequent each token is and nothing else. A variant gets below it only by using the context.
+#
 # ### The full ablation, precomputed
 #
 # All seven variants, three seeds each, 300 steps of batches of 32 windows of 64 tokens, for chapter 14's
@@ -763,7 +773,8 @@ seconds = sum(run["seconds"] for run in full["runs"])
 print(f"{len(full['runs'])} runs: {settings['steps']} steps each, batch {settings['batch_size']}, peak learning rate "
       f"{settings['lr']:g}, seeds {settings['seeds']}; {settings['machine']}; {seconds / len(full['runs']):.0f} s "
       f"per run on average")
-print(f"unigram baseline (a model that ignores the context): {settings['unigram_loss']:.3f}")
+print("the table's unigram baseline is the one printed above (the same held-out tokens):",
+      math.isclose(settings["unigram_loss"], baseline, rel_tol=1e-9))
 print(format_summary(summarise(full)))
 plot_ablation(full)
 
@@ -814,41 +825,40 @@ widgets.Explorer("rope_explorer", {"theta": theta_slider, "d_k": d_k_slider}, re
 # %% [markdown]
 # ## Exercises
 #
-# ### Exercise 1: RMSNorm as a module
-# **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~5 min
+# ### Exercise 1: RMSNorm that survives half precision
+# **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~15 min
 #
-# A short one, to fix section 2 in memory: try it without scrolling back. Write `MyRMSNorm(d_model, eps=1e-5)`, an `nn.Module` with one parameter, `weight` (ones, shape
-# `(d_model,)`), computing $\text{weight} \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$ over the last axis.
-# The checker compares it with `torch.nn.RMSNorm` on tiny and ordinary activations, and names the classic
-# mistakes: subtracting the mean, $\epsilon$ outside the root, the sum instead of the mean, the standard
-# deviation (or `sqrt(x.var() + eps)`), a fixed $\epsilon$ instead of the constructor's, a mean without
-# `keepdim=True`, a forgotten gain, a shift that should not be there.
+# Large models run in 16-bit floats. float16 keeps about three decimal digits and nothing above 65,504, and
+# a few features of a trained model's residual stream can reach hundreds or thousands (the "massive
+# activations" of Sun et al., 2024): squared, they pass 65,504 and become `inf`. Section 2's `rms_norm_from_scratch` then divides by `sqrt(inf) = inf` and returns zeros.
+# Try it first: run it on `torch.full((1, 4), 300.0, dtype=torch.float16)` with a float16 gain of ones.
+#
+# Write `rms_norm_half_safe(x, weight, eps)` for `x` of shape `(..., d_model)` in float16, bfloat16 or float32 and a
+# gain `weight` `(d_model,)` of the same dtype: compute the mean of squares and the division in float32, cast the
+# normalised result back to `x`'s dtype, then multiply by the gain (the order `transformers`' `LlamaRMSNorm`
+# uses). The output has `x`'s dtype, since the next layer's weights are in that dtype. Write it yourself: the
+# checker refuses `F.rms_norm`, `nn.RMSNorm` and the package's `rms_norm` (reusing your own
+# `rms_norm_from_scratch` is fine). It tries float16 activations of about 1,000, bfloat16, float32, another eps
+# and a 4-D input, and names: squares that overflow (statistics left in float16, or cast to float32 only after
+# squaring), a result left in float32, a result cast to a fixed float16 instead of the input's dtype, and the
+# classic RMSNorm slips (a subtracted mean, eps outside the root, a fixed eps, a forgotten gain).
 
 # %%
-class MyRMSNorm(nn.Module):
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        ...  # your turn: self.eps, self.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ...  # your turn
+def rms_norm_half_safe(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    ...  # your turn
 
 
 # %% tags=["solution"]
-class MyRMSNorm(nn.Module):
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))  # the gain; no shift
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        return x * torch.rsqrt(mean_square + self.eps) * self.weight
+def rms_norm_half_safe(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    x32 = x.float()  # before squaring: 300 ** 2 = 90,000 is above float16's largest number
+    normalised = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., d_model), float32
+    return weight * normalised.to(x.dtype)  # back to the input's dtype, then the gain
 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-check_rms_norm(MyRMSNorm)
+check_rms_norm_half(rms_norm_half_safe)
+
 
 # %% [markdown]
 # ### Exercise 2: rotary embeddings, vectorised, with an offset
@@ -886,42 +896,48 @@ def my_rope(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
 check_rotary(my_rope)
 
 # %% [markdown]
-# ### Exercise 3: SwiGLU
-# **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~5 min
+# ### Exercise 3: SwiGLU's hidden size, as Llama sizes it
+# **Difficulty** 2/3 · **Importance** 2/3 · **Time** ~10 min
 #
-# Another short one, on section 4: write it from the formula, without scrolling back to the module built there.
-# Write `MySwiGLU(d_model, hidden)` with three bias-free linear layers named `w_gate`, `w_up`
-# (`d_model -> hidden`) and `w_down` (`hidden -> d_model`), computing
-# $w_{down}(\mathrm{SiLU}(w_{gate}(x)) \odot w_{up}(x))$. Use `F.silu`, or write `g * torch.sigmoid(g)` for
-# the gate `g = self.w_gate(x)`. The checker names: gate and value swapped, no SiLU, GLU/ReGLU/GEGLU
-# (sigmoid, ReLU or GELU on the gate), an
-# addition instead of the product, SiLU after the product.
+# Section 4 gave SwiGLU the parameters of the 2017 network by taking $\tfrac23$ of its $d_{ff}$. Published Llama
+# configs do that and two things more, and their sizes look odd as a result: Llama 2 7B has $d_{model} = 4096$
+# and `intermediate_size` 11,008. Work out the rule from these facts. The 2017 network's hidden size is
+# $4 d_{model}$; Llama takes $\tfrac23$ of it, rounded down to an integer (its code uses `int()`); Llama 2 70B
+# and the Llama 3 models then multiply by `ffn_dim_multiplier` (1.3; rounded down again); and the result is
+# rounded to a multiple of `multiple_of` (256 in Llama 1 and in Llama 2 7B and 13B, 1,024 in Llama 3 8B, 4,096
+# in the 70B models), the way that never makes the layer smaller than the budget.
+#
+# Write `llama_hidden(d_model, multiple_of, ffn_dim_multiplier=None)`, returning an `int`, without the package's
+# `swiglu_hidden` (the checker refuses it). The checker compares your sizes with the published `intermediate_size`
+# of six Llama models (Llama 1 65B: 22,016; Llama 2 7B: 11,008; 13B: 13,824; 70B: 28,672; Llama 3 8B: 14,336;
+# 70B: 28,672) and six small configs, names the classic slips (no $\tfrac23$, $\tfrac23$ of $d_{model}$, $\tfrac32$
+# instead of $\tfrac23$, rounding down or to the nearest multiple, no rounding, the multiplier ignored or applied
+# after the rounding) and prints, for each model, SwiGLU's parameters against the 2017 network's. Before you run
+# it, predict: is the 70B models' feed-forward network bigger or smaller than the 2017 budget, and by about how much?
 
 # %%
-class MySwiGLU(nn.Module):
-    def __init__(self, d_model: int, hidden: int) -> None:
-        super().__init__()
-        ...  # your turn: self.w_gate, self.w_up, self.w_down
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ...  # your turn
+def llama_hidden(d_model: int, multiple_of: int, ffn_dim_multiplier: float | None = None) -> int:
+    ...  # your turn
 
 
 # %% tags=["solution"]
-class MySwiGLU(nn.Module):
-    def __init__(self, d_model: int, hidden: int) -> None:
-        super().__init__()
-        self.w_gate = nn.Linear(d_model, hidden, bias=False)
-        self.w_up = nn.Linear(d_model, hidden, bias=False)
-        self.w_down = nn.Linear(hidden, d_model, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+def llama_hidden(d_model: int, multiple_of: int, ffn_dim_multiplier: float | None = None) -> int:
+    hidden = int(2 * (4 * d_model) / 3)  # three matrices of d_model x hidden = two of d_model x 4 d_model
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * -(-hidden // multiple_of)  # up to the next multiple: never below the budget
 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-check_swiglu(MySwiGLU)
+check_llama_hidden(llama_hidden)
+
+# %% [markdown]
+# The answer to the prediction: without the multiplier the rounding adds a percent or so, while the models with
+# `ffn_dim_multiplier` hold about a third more feed-forward parameters than the 2017 budget. The Llama 2 paper
+# (appendix A.2.1) raised the feed-forward size of its grouped-query models to keep their total parameter count,
+# since sharing key/value heads removes most of $W^K$ and $W^V$.
+
 
 # %% [markdown]
 # ### Exercise 4: grouped-query attention without a loop
