@@ -479,7 +479,7 @@ for name, kwargs in [("greedy (temperature 0)", dict(temperature=0)),
 # tends to repeat itself (here the same short sentence pattern, "The ... will not ..."; with longer outputs,
 # greedy text often ends in a loop). A high temperature gives the tail a chance, and with it spelling mistakes and
 # invented words. Top-k and top-p cut off the tail: with a large k or a p close to 1 only the rarest tokens,
-# with small settings much more (the cell before last prints that top-k = 5 keeps only part of the
+# with small settings much more (the cell comparing top-k and top-p above prints that top-k = 5 keeps only part of the
 # probability). Between those extremes they keep much of the variety of sampling; a model
 # trained for 250 steps still misspells with them, as the samples above show.
 #
