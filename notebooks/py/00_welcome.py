@@ -80,8 +80,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # it always works from a fresh start. (Run All also runs the solution cells under the exercises, so a checker
 # then tests the reference solution, not your answer: to check your own code, run the cells one by one and skip
 # the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU.
-# The chapters that train models (10 to 14, 16 and 17) and chapter 18, which times attention, take longer: up
-# to about two minutes each on a quiet CPU (chapters 13 and 16 train small models and finish in seconds).
+# Chapters 10 to 14, 16 and 17 train models and chapter 18 times attention; they take longer, up to about two
+# minutes each on a quiet CPU (chapters 13 and 16 train small models and finish in seconds).
 
 # %% [markdown]
 # ### Exercises, checkers and quizzes
