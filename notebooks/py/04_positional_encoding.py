@@ -27,7 +27,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/04_positional_encoding.ipynb)
 #
 # Everything built so far (attention, masks, heads) compares every token with every other token and takes
-# weighted averages. Apart from the causal mask of chapter 02, which lets a query see only the keys before it,
+# weighted averages. Apart from the causal mask of chapter 02, which lets a query see only the keys up to its own
+# position,
 # nothing in those formulas mentions *where* a token sits. This chapter proves that attention without a causal
 # mask (the encoder's self-attention, cross-attention) is blind to order, then builds the paper's fix (section 3.5): add to each token's vector a
 # **positional encoding**, a fixed pattern of sines and cosines that depends only on the position.
