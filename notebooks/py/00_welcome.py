@@ -70,16 +70,18 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # **Where to run it.** Each chapter is a Jupyter notebook. Locally, start `jupyter lab` in the repository and open
 # `notebooks/`; on Google Colab, open the chapter from its "Open in Colab" link. The first code cell of every
 # chapter installs the `tfm_lesson` package when it is missing (on Colab) and does nothing otherwise: run it
-# first. Nothing is downloaded after that: every data set in the course ships with the package or is generated
-# on your machine.
+# first. No data set or model is downloaded after that: every data set in the course ships with the package or
+# is generated on your machine, and every model is trained in the chapter that uses it. One optional cell of
+# chapter 16 can download pretrained weights if you switch it on.
 #
 # **Running cells.** Run cells from top to bottom with <kbd>Shift</kbd>+<kbd>Enter</kbd>. A chapter is written
 # to be run in order: later cells use names defined earlier. If you get lost (or edit a cell and things stop
 # making sense), use *Kernel → Restart Kernel and Run All Cells*: that is exactly how the course is tested, so
 # it always works from a fresh start. (Run All also runs the solution cells under the exercises, so a checker
 # then tests the reference solution, not your answer: to check your own code, run the cells one by one and skip
-# the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU; the
-# chapters 10 to 14 and 16, which train models, take a few minutes each.
+# the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU.
+# Chapters 10 to 14, 16 and 17 train models and chapter 18 times attention; they take longer, up to about two
+# minutes each on a quiet CPU (chapters 13 and 16 train small models and finish in seconds).
 
 # %% [markdown]
 # ### Exercises, checkers and quizzes
@@ -134,13 +136,15 @@ device = tfm_lesson.default_device()
 # so, slightly, do the results of training:
 #
 # `tfm_lesson.seed_everything(0)` seeds Python's `random`, NumPy and PyTorch (CPU and GPU). Random
-# initialisations, random inputs and dropout masks then come out the same every time you restart the kernel,
-# so a chapter run twice on one machine prints the same numbers. Every training in the course runs a fixed
-# number of steps, seeded, on one CPU thread. Another machine can still print other figures: other processors
-# and library versions add numbers up in other orders, the last bits differ, and over hundreds of training
-# steps such differences grow into another loss in the second or third decimal, another score by a few
-# points, or another word in a sample. A GPU differs more (other kernels, and mixed precision in chapters 10
-# to 12). The
+# initialisations, random inputs and dropout masks (dropout, chapter 05, switches off random entries during
+# training) then come out the same every time you restart the kernel, so on a CPU a chapter run twice prints
+# the same numbers. On a GPU that holds only with `seed_everything(0, deterministic=True)`: by default some GPU
+# kernels (the low-level routines that do the arithmetic) add numbers up in an order that changes from run to
+# run. Every training in the course runs a fixed number of steps, seeded, and on a CPU on one thread. Another
+# machine can still print other figures: other processors and library versions add numbers up in other
+# orders, the last bits differ, and over hundreds of training steps such differences grow into another loss in
+# the second or third decimal, another score by a few points, or another word in a sample. A GPU differs more
+# (other kernels, and mixed precision, the 16-bit arithmetic of chapter 10, in chapters 10 to 12 and 17). The
 # text says, next to such figures, that they are the stored run's; the conclusions drawn from them hold on
 # any machine.
 
@@ -372,7 +376,8 @@ print("reshape without the transpose gives h back:", torch.equal(wrong_merge, h)
 # target share one embedding table, as in the paper; chapter 09 explains.)
 #
 # Change `max_depth` (0 shows only the model, 3 the attention and feed-forward blocks inside each layer, 4 the
-# linear layers inside attention), the batch size or the
+# linear layers inside attention; self-attention computes Q, K and V in one fused product, so of its four
+# only `w_o` appears, while cross-attention lists all four), the batch size or the
 # lengths, and run the cell again. In Jupyter the last expression shows as a table; `print(trace)` gives text.
 
 # %%

@@ -27,8 +27,10 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/04_positional_encoding.ipynb)
 #
 # Everything built so far (attention, masks, heads) compares every token with every other token and takes
-# weighted averages. Nothing in those formulas mentions *where* a token sits. This chapter proves that
-# attention is blind to order, then builds the paper's fix (section 3.5): add to each token's vector a
+# weighted averages. Apart from the causal mask of chapter 02, which lets a query see only the keys up to its own
+# position,
+# nothing in those formulas mentions *where* a token sits. This chapter proves that attention without a causal
+# mask (the encoder's self-attention, cross-attention) is blind to order, then builds the paper's fix (section 3.5): add to each token's vector a
 # **positional encoding**, a fixed pattern of sines and cosines that depends only on the position.
 #
 # **What you will learn**
@@ -103,7 +105,10 @@ print("'dog' in both sentences gets the same vector:", torch.allclose(o1[0, 0], 
 print("'bites' too:", torch.allclose(o1[0, 1], o2[0, 1], atol=1e-6))
 
 # %% [markdown]
-# The fix has to put the position *into the vectors*, since that is all attention sees. The paper adds a
+# The paper's fix puts the position *into the vectors*, since that is all its attention sees. (Other schemes
+# put it into the attention scores instead: learned terms per distance (Shaw et al., 2018; T5, Raffel et al.,
+# 2020), a penalty growing with distance (ALiBi, Press et al., 2022), or a rotation of queries and keys (RoPE,
+# Su et al., 2021), which chapter 16 builds.) The paper adds a
 # vector $PE(pos) \in \mathbb{R}^{d_{model}}$ to the embedding of the token at position $pos$, before the first
 # layer (of both the encoder and the decoder). Adding rather than concatenating keeps the width $d_{model}$;
 # the model can learn to keep content and position in different directions of that space.
@@ -178,7 +183,8 @@ def pe_vectorised(max_len, d_model):
 #
 # Loop, vectorised and `tfm_lesson.sinusoidal_table` (which returns float32) must agree, for an even and an
 # odd $d_{model}$. Then the module: `SinusoidalPositionalEncoding(d_model, max_len)` keeps the table as a
-# buffer (moved by `.to(device)`, saved with no gradient) and its `forward(x)` returns `x + PE[:seq_len]`
+# non-persistent buffer (it follows `.to(device)` and has no gradient, and it is rebuilt from the formula
+# rather than stored in the `state_dict`) and its `forward(x)` returns `x + PE[:seq_len]`
 # for a batch-first `x` of shape `(batch, seq_len, d_model)`.
 
 # %%
@@ -326,7 +332,7 @@ widgets.positional_explorer(d_model=64, max_len=64)
 # The alternative is not to design the vectors at all: keep a trainable table with one row per position,
 # an `nn.Embedding(max_len, d_model)`, and let gradient descent fill it. BERT and GPT-2 do this. The paper tried
 # it too: in table 3, row (E), "positional embedding instead of sinusoids" reaches a perplexity of 4.92 and a
-# BLEU of 25.7 (perplexity: how surprised the model is by the right next word, lower is better; BLEU: overlap
+# BLEU of 25.7 (perplexity: how surprised the model is by the right next token, here a word piece, lower is better; BLEU: overlap
 # with human translations, 0–100, higher is better; chapter 11 explains both) on their English→German development set (newstest2013), against 4.92 and 25.8 for the
 # sinusoidal base model. The paper calls these "nearly identical results": the same perplexity and 0.1 BLEU
 # apart, one model of each. They kept the
@@ -503,7 +509,7 @@ T.quiz.show("04")
 # %% [markdown]
 # ## Summary
 #
-# - Attention is permutation equivariant: shuffle the tokens and the outputs shuffle along; "dog bites man" and
+# - Attention without a causal mask is permutation equivariant: shuffle the tokens and the outputs shuffle along; "dog bites man" and
 #   "man bites dog" give *dog* the same vector. Order must be put into the vectors.
 # - The paper adds $PE_{(pos,2i)} = \sin(pos/10000^{2i/d_{model}})$, $PE_{(pos,2i+1)} = \cos(\cdot)$ to the
 #   embeddings: pairs of columns turning at geometrically spaced frequencies. Sines in even columns, cosines in

@@ -223,17 +223,20 @@ print("with ReLU it is not:                     ",
 #
 # The paper uses ReLU, $\max(0, z)$: cheap, and exactly zero for negative inputs, so for each position
 # roughly half of the hidden units are silent at initialisation (a sparse code). Later models (BERT, GPT-2
-# and most since) use **GELU**, $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
+# and many encoder and GPT-style models since) use **GELU**, $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
 # $z$ weighted by the probability that a standard normal variable is below it. It is smooth, close to ReLU
 # for large $|z|$, slightly negative for $z < 0$ (minimum $\approx -0.17$ at $z \approx -0.75$). Its slope,
 # $\Phi(z) + z\,\varphi(z)$ ($\varphi$ the standard normal density), is positive right of that minimum, negative left of it, and zero at it; far to
-# the left it fades towards zero. The cell below prints it in float32 on the CPU: exactly 0 at $z = -10$ and
-# beyond. That zero is not float32 running out of range: the true slope at $z = -10$ is about
-# $-7.6 \times 10^{-22}$, which float32 holds easily (it goes down to about $10^{-38}$). It comes from the way
-# PyTorch's float32 CPU kernel computes the slope: part of the computation works with numbers near 1
-# ($\Phi(z) = \tfrac12\big(1 + \mathrm{erf}(z/\sqrt2)\big)$ is one), where float32's steps are about
-# $10^{-7}$, so slopes far smaller than that are rounded away. Its float64 path keeps them, and gives about
-# $-7.7 \times 10^{-22}$ at $z = -10$. ReLU's slope is 0 for *every* negative input, so a unit whose pre-activation is negative for all
+# the left it fades towards zero. The cell below prints it in float32 on the CPU, for a tensor of several
+# values: exactly 0 from $z = -6.5$ on. That zero is not float32 running out of range: the true slope at
+# $z = -10$ is about $-7.6 \times 10^{-22}$, which float32 holds easily (it goes down to about $10^{-38}$). It
+# comes from the way PyTorch's vectorised float32 CPU kernel computes the slope: part of the computation works
+# with numbers near 1 ($\Phi(z) = \tfrac12\big(1 + \mathrm{erf}(z/\sqrt2)\big)$ is one), where float32's steps
+# are about $10^{-7}$, so slopes far smaller than that are rounded away (at $z = -6$ what is left is one such
+# step, halved). The kernel takes another path for a tensor of one element, and float64 has steps of about
+# $10^{-16}$: the last two lines of the cell print the slope at $z = -10$ computed those two ways, tiny but not
+# zero, and close to the true value without equalling it. So the exact zero you see depends on the kernel,
+# not on the float format. ReLU's slope is 0 for *every* negative input, so a unit whose pre-activation is negative for all
 # inputs gets no gradient at all (a "dead" unit); GELU still passes a small gradient over the moderately
 # negative range, which makes dead units rarer, not impossible. `PositionwiseFeedForward(...,
 # activation="gelu")` and `nn.TransformerEncoderLayer(..., activation="gelu")` both use the exact form.
@@ -254,10 +257,15 @@ with torch.no_grad():
     print(f"hidden units exactly zero after GELU: {(F.gelu(pre) == 0).float().mean().item():.0%}")
     lowest = F.gelu(z).argmin()
     print("GELU minimum on [-4, 4]:", round(F.gelu(z)[lowest].item(), 2), "at z =", round(z[lowest].item(), 2))
-probe = torch.tensor([-12.0, -10.0, -3.0, -0.8, -0.7, 1.0], requires_grad=True)  # float32
+probe = torch.tensor([-12.0, -10.0, -6.5, -6.0, -3.0, -0.8, -0.7, 1.0], requires_grad=True)  # float32
 F.gelu(probe).sum().backward()
 for where, slope in zip(probe.tolist(), probe.grad.tolist()):
     print(f"GELU slope at z = {where:6.1f}: {slope:+.2e}")
+for label, dtype, values in [("float32, one-element tensor", torch.float32, [-10.0]),
+                             ("float64", torch.float64, [-10.0, -6.0])]:
+    single = torch.tensor(values, dtype=dtype, requires_grad=True)
+    F.gelu(single).sum().backward()
+    print(f"GELU slope at z =  -10.0 in {label}: {single.grad[0].item():+.2e}")
 
 # %% [markdown]
 # ### Gated feed-forward layers (SwiGLU)

@@ -25,7 +25,8 @@
 # assembles the model of figure 1 of the paper.
 #
 # **What you will learn**
-# - why embeddings are multiplied by $\sqrt{d_\text{model}}$, measured against the positional encoding;
+# - a reason to multiply embeddings by $\sqrt{d_\text{model}}$ (the paper states the factor, not why), measured
+#   against the positional encoding;
 # - how one matrix serves as source embedding, target embedding and generator (paper, section 3.4);
 # - the generator: a linear layer and a (log-)softmax over the vocabulary;
 # - `T.TransformerConfig` / `T.Transformer`, one forward pass followed shape by shape;
@@ -69,7 +70,8 @@ print("running on", device.type)
 #
 # Only steps 1 and 3 are new. They add many parameters, though: a vocabulary of 37,000 tokens at
 # $d_\text{model} = 512$ is a $37{,}000 \times 512$ matrix, 19 million numbers (30% of the base model even
-# when shared), which is why the paper uses one matrix for all three roles.
+# when shared). The paper uses one matrix for all three roles, following Press & Wolf (2017), who found that
+# tying the input and output embeddings improves language models and saves parameters.
 #
 # ## The math (paper, sections 3.4 and 3.5)
 #
@@ -89,6 +91,8 @@ print("running on", device.type)
 #
 # ### Why $\sqrt{d_\text{model}}$: compare the scales
 #
+# The paper gives no reason for the factor (section 3.4 only states it) and does not say how it initialises the
+# embeddings. One reading, from tensor2tensor (the authors' code), whose initialisation the package follows:
 # `T.Transformer.reset_parameters` draws $E$ from $\mathcal{N}(0, 1/d_\text{model})$, so a token's vector has
 # norm about 1. The positional encoding is made of sines and cosines: each entry has root-mean-square
 # $1/\sqrt{2}$, so each position's vector has norm $\sqrt{d_\text{model}/2} = 16$ at $d_\text{model} = 512$.
@@ -136,7 +140,7 @@ print("generator(h) == h @ E^T:", torch.allclose(generator(h), h @ embedding.wei
 # %% [markdown]
 # A vector of the decoder is thus scored against every token's embedding by a dot product: the next token is
 # the one whose (input) embedding best matches the decoder's state. Sharing the source and target embedding
-# as well requires one joint vocabulary — the paper uses byte-pair encoding over English and German together;
+# as well requires one joint vocabulary — the paper uses byte-pair encoding (word pieces, chapter 14) over English and German together;
 # `T.TransformerConfig(share_embeddings=True)` checks that `src_vocab_size == tgt_vocab_size`.
 #
 # ### The generator: logits, softmax, log-softmax
@@ -354,7 +358,7 @@ print(f"without sharing or tying: {formula + 2 * V * d:,}")
 # more heads, `norm_first=True`), re-run, and see the maps and the trace change. Outside a live notebook the
 # figure shows the default state.
 
-# %% mystnb={"image": {"alt": "Explorer picture of an untrained base model: one encoder attention map of 'the cat sat on the mat' drawn large, with the small maps of all heads of that layer."}}
+# %% mystnb={"image": {"alt": "Explorer picture of the small untrained model: one encoder attention map of 'the cat sat on the mat' drawn large, with the small maps of all heads of that layer."}}
 widgets.attention_explorer(model, vocab, vocab, source="the cat sat on the mat", target="le chat est assis")
 
 # %% [markdown]

@@ -98,7 +98,8 @@ for src, tgt in data.train[:3]:
 # **Label smoothing** (section 5.4, $\epsilon_{ls} = 0.1$). Instead of a one-hot target (1 on the right token, 0
 # on every other), the target
 # distribution over a vocabulary of $V$ tokens is
-# $q(v) = (1-\epsilon)\,[v = y] + \epsilon / V$, and the loss of a position is the cross-entropy
+# $q(v) = (1-\epsilon)\,[v = y] + \epsilon / V$ (where $[v = y]$ is 1 if $v$ is the right token $y$ and 0
+# otherwise), and the loss of a position is the cross-entropy
 # $-\sum_v q(v) \log p(v) = (1-\epsilon)(-\log p(y)) + \epsilon \cdot \frac{1}{V}\sum_v (-\log p(v))$.
 # The model is never asked to be 100% sure: the paper notes it hurts perplexity (a measure of how surprised the
 # model is by the right tokens) but helps BLEU (a translation score, chapter 11).
@@ -107,13 +108,25 @@ for src, tgt in data.train[:3]:
 # Transformer* uses a variant: $1-\epsilon$ on the right token and $\epsilon/(V-2)$ on every other token except
 # padding, compared with `nn.KLDivLoss`. Both smooth, and the checker below tells you which one you wrote; but
 # the loss they *report* is not the same number. `nn.KLDivLoss` computes the Kullback-Leibler divergence
-# $\mathrm{KL}(q \,\|\, p) = -\sum_v q(v)\log p(v) - H(q)$: the cross-entropy minus the entropy $H(q)$ of the
-# smoothed target, a constant that does not depend on the model. The gradients are those of the cross-entropy,
-# but the reported loss is lower by $H(q)$: with $\epsilon = 0.1$ over this chapter's 24 target tokens, 0.616
-# **nats** for the target $q$ above (a little more for the variant's, which spreads $\epsilon$ over fewer
-# tokens) (the unit of a loss computed with natural logarithms, as every loss in this course is; divide by
-# $\ln 2$ for bits): the size of the floor that the smoothed cross-entropy cannot go below, met again later.
-#
+# $\mathrm{KL}(q \,\|\, p) = -\sum_v q(v)\log p(v) - H(q)$: the cross-entropy minus the entropy
+# $H(q) = -\sum_v q(v)\log q(v)$ of the smoothed target, a constant that does not depend on the model. The
+# gradients are those of the cross-entropy, but the reported loss is lower by $H(q)$. Losses in this course are
+# computed with natural logarithms, so they are measured in **nats** (divide by $\ln 2$ for bits). The cell
+# below prints $H(q)$ with $\epsilon = 0.1$ over this chapter's 24 target tokens, for the target $q$ above and
+# for the variant's (a little more, since it spreads $\epsilon$ over fewer tokens): the size of the floor that
+# the smoothed cross-entropy cannot go below, met again later.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+V, eps = 24, 0.1                                             # this chapter's target vocabulary, the paper's epsilon
+q_paper = torch.full((V,), eps / V)                          # eps/V everywhere ...
+q_paper[0] += 1 - eps                                        # ... plus 1 - eps on the right token (here id 0)
+q_variant = torch.full((V,), eps / (V - 2))                  # the Annotated Transformer's: eps/(V-2) on the others,
+q_variant[0], q_variant[1] = 1 - eps, 0.0                    # 1 - eps on the right token, 0 on padding (here id 1)
+for name, q_ in [("paper, eps/V", q_paper), ("variant, eps/(V-2)", q_variant)]:
+    print(f"H(q), {name}: {-torch.special.xlogy(q_, q_).sum().item():.3f} nats (q sums to {q_.sum().item():.3f})")
+
+# %% [markdown]
 # **The learning rate** (section 5.3) rises linearly for `warmup` steps, then decays as $1/\sqrt{\text{step}}$:
 # $$\text{lrate} = d_\text{model}^{-0.5} \cdot \min(\text{step}^{-0.5},\ \text{step} \cdot \text{warmup}^{-1.5}),$$
 # with steps counted from 1. The optimiser is Adam (Kingma and Ba, 2015), which gives every parameter its own step
@@ -155,7 +168,7 @@ print("tgt[3]", [data.tgt_vocab.itos[i] for i in batch.tgt[3].tolist()])
 # `(decoder_input, labels)`, both `(batch, len - 1)`: the decoder reads `<s> w1 … wm` and must predict
 # `w1 … wm </s>` — position $i$ of `labels` is the token that follows position $i$ of `decoder_input`.
 # Slice the whole batch at once: the decoder input is every column but the last, the labels every column but
-# the first. In a padded row (`tgt[3]` above) the last column is padding, so that row's decoder input still
+# the first. In a padded row (`tgt[0]` above) the last column is padding, so that row's decoder input still
 # holds its `</s>` and some padding.
 # That is fine: the labels at those positions are padding, which the loss skips (exercise 2), and the causal
 # mask keeps the real positions from seeing them.
@@ -236,6 +249,7 @@ def label_smoothing_loss(logits, target, smoothing, pad_id):
 # %% tags=["solution"]
 def label_smoothing_loss(logits, target, smoothing, pad_id):
     log_p = logits.float().log_softmax(dim=-1)                                  # (..., V)
+    # clamp: a negative pad id (PyTorch's -100) cannot index log_p; those positions are masked out below anyway
     nll = -log_p.gather(-1, target.clamp(min=0)[..., None]).squeeze(-1)       # (...) -log p[target]
     uniform = -log_p.mean(dim=-1)                                             # (...) -mean_v log p[v]
     real = target != pad_id                                                   # (...) not padding
@@ -276,7 +290,7 @@ check_noam_rate(noam_rate)
 # $d_\text{model}$, the higher the curve ($d_\text{model}^{-0.5}$):
 
 # %% mystnb={"image": {"alt": "Line chart of the warm-up schedule for three settings: each learning rate rises linearly to a peak at the end of warm-up and then decays slowly, higher for the smaller d_model."}}
-rate = yours_or_reference(noam_rate, "noam_rate")
+rate = yours_or_reference(noam_rate, "noam_rate")  # your noam_rate if it passes its check, else the package's
 steps = list(range(1, 20001, 50))
 viz.plot_lines({"d_model=512, warmup=4000 (paper)": [rate(s, 512, 4000) for s in steps],
                 "d_model=64, warmup=4000": [rate(s, 64, 4000) for s in steps],
@@ -402,7 +416,7 @@ check_greedy_decode(greedy_decode_yours)
 #
 # Your five pieces make a training loop. If one of them does not pass its check yet, the cell below says so and
 # the reference version stands in, so that the rest of the chapter runs; its last line lists the pieces of
-# yours that the loop uses. (Run from top to bottom, the folded solution cells define the pieces, so the page
+# yours in use from here on (the loop uses the first four; your greedy decoder is tested after training). (Run from top to bottom, the folded solution cells define the pieces, so the page
 # you read shows all five.)
 
 # %%
@@ -461,6 +475,7 @@ def train_loop(model, data, steps, batch_size, warmup, peak_lr, smoothing=0.1, c
 T.seed_everything(0)
 model_a = make_model(data.src_vocab, data.tgt_vocab, **RECIPES["reverse"]["model"])
 model_b = copy.deepcopy(model_a)
+# valid=[]: no validation set, so train() skips its evaluations, which the bare loop below does not do
 theirs = train(model_a, dataclasses.replace(data, valid=[]), **dict(RECIPES["reverse"]["train"], steps=20),
                device=device, seed=0, amp=False, progress=False)
 yours = train_loop(model_b, data, **dict(RECIPES["reverse"]["train"], steps=20), seed=0)
@@ -500,11 +515,12 @@ print(f"trained {len(history['step'])} steps in {train_seconds:.0f} s on {device
 # ### Is my run normal?
 #
 # A loss curve alone says little: is 0.9 at step 200 good? The package ships the same recipe trained with three
-# seeds. `compare_to_reference` draws their band (the lighter band is widened by a margin) with your curve over
-# it, and when your curve leaves the band it names the likely causes: flat at $\log V$ (nothing is learned),
+# seeds. `compare_to_reference` draws them (their mean as a line and their spread from lowest to highest as a
+# darker band, here so narrow that it hides under the line), a lighter band around them widened by a margin,
+# a dotted line at $\log V$ and your curve over it all, and when your curve leaves the band it names the likely causes: flat at $\log V$ (nothing is learned),
 # far below the band early (the model sees the answer: a leak), NaN (the learning rate or float16).
 
-# %% mystnb={"image": {"alt": "Training loss of the reversal model against the band of three reference runs: the loss falls from about 3.5 to below 1 and stays inside the band at every step."}}
+# %% mystnb={"image": {"alt": "Training loss of the reversal model against the band of three reference runs: the loss falls from about 3.5 to below 1, flattens near 0.6 well under the dotted log V line of a uniform guess, and stays inside the band at every step."}}
 verdict = compare_to_reference(history, "reverse")
 print(verdict)
 verdict.figure
@@ -540,7 +556,7 @@ print(translate(model, ["3 17 5 9", "0 1 2 3 4 5 6 7 8 9 10 11"], data.src_vocab
 #
 # The same recipe on a task that looks like translation: English number words to French ones
 # (*ninety-seven* → *quatre-vingt-dix-sept*), numbers from 0 to 999,999. Here the output is not a permutation
-# of the input: French merges, splits and reorders words. How the numbers are drawn matters. Drawn uniformly
+# of the input: French merges, splits, drops and inserts words. How the numbers are drawn matters. Drawn uniformly
 # from 0–999,999, nine in ten would have six digits and only about one in a thousand would be below 1,000 — a
 # model trained on them would rarely see *ninety-seven*. So the task first picks a count of digits, each equally
 # likely, then a number with that many digits; the ranges with fewer numbers than their share (the 10,000
@@ -556,6 +572,10 @@ below_10k = {number_words(n, "en") for n in range(10_000)}                      
 small_train = sum(1 for s, _ in numbers.train if s in below_10k)
 print(f"training pairs below 10,000: {small_train} of {len(numbers.train)}; "
       f"'ninety-seven' in training: {any(s == 'ninety-seven' for s, _ in numbers.train)}")
+below_100 = {number_words(n, "en") for n in range(100)}
+print("of the numbers 0-99:", ", ".join(f"{sum(1 for s, _ in pairs if s in below_100)} in {name}"
+                                        for name, pairs in [("training", numbers.train),
+                                                            ("validation", numbers.valid), ("test", numbers.test)]))
 
 # %% [markdown]
 # Another small model of the same size, trained with the package's `train` this time (it prints a line at every
@@ -578,7 +598,7 @@ examples = ["ninety-seven", "seventy-one", "eighty", "eleven", "two hundred and 
 for src_text, out in zip(examples, translate(num_model, examples, numbers.src_vocab, numbers.tgt_vocab)):
     print(f"{src_text:58s} -> {out}")
 
-# %% mystnb={"image": {"alt": "Training loss of the numbers model against the band of three reference runs: the curve falls steadily and stays inside the band throughout."}}
+# %% mystnb={"image": {"alt": "Training loss of the numbers model against the band of three reference runs: the curve falls steadily, below the dotted log V line of a uniform guess, and stays inside the band throughout."}}
 verdict = compare_to_reference(num_history, "numbers")
 print(verdict)
 verdict.figure
@@ -591,12 +611,14 @@ verdict.figure
 # out empty. On another machine the share can differ by several points and other short numbers can fail: the
 # run is seeded and counted in steps, but another processor rounds differently, and over 400 steps such
 # differences grow. On any machine, though, the short numbers are where the mistakes gather. The reason is how
-# rarely the model met them. There are only 100 numbers below 100 at all, so they are about 96 of the 50,000
-# training pairs (the others fell into validation and test), and 400 steps of 128 pairs are about one pass over the training set: the model has seen each
-# of them about once, against thousands of long numbers. The test set, split off at random, holds about two of
-# them, so its score says nothing about them: **a test score measures the distribution the test set was drawn
+# rarely the model met them. There are only 100 numbers below 100 at all; the cell that loads the task prints
+# how many of them are among the 50,000 training pairs and how many fell into validation and test. 400 steps of
+# 128 pairs are about one pass over the training set: the model has seen each of them about once, against
+# thousands of long numbers. The test set, split off at random, holds only the few that cell prints, so its
+# score says next to nothing about them: **a test score measures the distribution the test set was drawn
 # from**, and a skill that distribution rarely asks for goes unmeasured. Would training longer fix it, or
-# repeating the short numbers in the training set? Prompt 4 after the exercises lets you find out.
+# repeating the short numbers in the training set? Item 4 of the "To go further" list after the exercises lets
+# you find out.
 #
 # ## See it: the anti-diagonal
 #
@@ -634,7 +656,10 @@ viz.show_attention(cross[best].mean(0), x_tokens=src_tokens, y_tokens=in_tokens,
                    xlabel="source token (key)", ylabel="target position (query)")
 
 # %% [markdown]
-# The picture we predicted: target position $i$ reads source position $n-1-i$. Nobody told the model
+# The picture we predicted: target position $i$ reads source position $n-1-i$. (The rows of these two pictures
+# are named by the decoder's input at each position, `<s>` first; the widget below names each row by the token
+# that position writes instead, so its last row is `</s>`. That row has no source symbol to copy, $n-1-i$ is
+# $-1$ there, so the rule does not say where it looks.) Nobody told the model
 # about positions or reversal; the positional encodings of chapter 04 let it *address* a source position, and
 # gradient descent found the addressing rule.
 #
@@ -659,8 +684,9 @@ widgets.translate_widget(reverse_with_attention, text="4 8 15 16 2 3")
 # %% [markdown]
 # ## Exercises
 #
-# This chapter's five exercises are the pieces of the loop above (exercises 1–5, each with its checker). To go
-# further, break your own loop on purpose and watch `compare_to_reference` name the symptom:
+# This chapter's five exercises are the pieces of the loop above (exercises 1–5, each with its checker).
+#
+# **To go further**, break your own loop on purpose and watch `compare_to_reference` name the symptom:
 #
 # 1. **A leak.** In `train_loop`, replace `my_step` by a step that feeds `tgt[:, :-1]` as both decoder input and
 #    labels, train 100 steps, and compare. How fast does the loss fall, and what does the test score say?

@@ -19,8 +19,10 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/12_looking_inside.ipynb)
 #
-# A trained model is a few hundred thousand numbers. Attention is the one place where it shows its work:
-# every head, in every layer, writes down how much each position reads from each other position. This
+# A trained model is a large table of numbers, far too many to read one by one. Attention is the easiest place
+# to look: every head, in every layer, writes down how it weights each other position when it builds a
+# position's output (a weight, not the whole story: what a position receives is the weight times a transformed
+# value, whose size varies). This
 # chapter trains a small English → French **number** translator (*three hundred and twenty-one* →
 # *trois cent vingt et un*), then asks three questions of it:
 #
@@ -100,7 +102,7 @@ print("held-out (200 test numbers):", {k: round(v, 1) for k, v in baseline.items
 # twelve*), pick the kind, the layer and the head. With an empty target, the model's own greedy translation
 # is used as the decoder's input.
 
-# %% mystnb={"image": {"alt": "Explorer picture: one encoder self-attention map of the typed number in words drawn large, and the small maps of all heads of that layer."}}
+# %% mystnb={"image": {"alt": "Explorer picture for 'three hundred and ninety-seven thousand, four hundred and eighty-one': the encoder self-attention map of layer 0, head 0 drawn large, where most queries put much of their weight on the 'thousand' and ',' columns and the last few on '</s>'; beside it the small maps of the layer's four heads; the title shows the greedy target beginning 'trois cent quatre'."}}
 widgets.attention_explorer(model, data.src_vocab, data.tgt_vocab,
                            source="three hundred and ninety-seven thousand, four hundred and eighty-one")
 
@@ -138,6 +140,8 @@ def entropy_loop(weights, mask, real_queries, b, head):
     for i in range(weights.size(2)):
         if not real_queries[b, i]:
             continue
+        # a padding mask has one row that stands for every query, a causal mask one row per query: min() picks
+        # row i of a causal mask and the single row of a padding mask
         visible = mask[b, 0, min(i, mask.size(2) - 1)]    # (k,) which keys this query could see
         k = int(visible.sum())
         if k < 2:
@@ -155,7 +159,8 @@ print("cross-attention, layer 1, head 0, sentence 0: %.3f" % entropy_loop(w, src
 # **Difficulty** 2/3 · **Importance** 2/3 · **Time** ~15 min
 #
 # Write `query_entropy(weights, mask)` without a loop: `weights` is `(batch, heads, q, k)`, `mask` a boolean mask
-# that broadcasts to it (True = visible: $(\text{batch}, 1, 1|q, k)$). Return `(batch, heads, q)`: each query's
+# that broadcasts to it (True = visible: $(\text{batch}, 1, 1, k)$ for a padding mask, one row for every query,
+# or $(\text{batch}, 1, q, k)$ for a causal mask, one row per query). Return `(batch, heads, q)`: each query's
 # normalised entropy $H / \log k_\text{visible}$, and 0 for a query that sees fewer than two keys. Careful: the
 # weights of masked keys are exactly 0, and $0 \cdot \log 0$ is NaN in floating point.
 
@@ -288,6 +293,7 @@ mem = torch.randn(2, 7, 64, device=device)
 with torch.no_grad():
     with ablate(mha, [0]):
         hooked, _ = mha(x, mem, mem)
+    # _split_heads / _merge_heads: the package module's own versions of chapter 03's split_heads / merge_heads
     q, k, v = mha._split_heads(mha.w_q(x)), mha._split_heads(mha.w_k(mem)), mha._split_heads(mha.w_v(mem))
     out, _ = T.scaled_dot_product_attention(q, k, v)          # (batch, heads, 5, d_k)
     out[:, 0] = 0.0
@@ -300,7 +306,7 @@ print("hook removed after the block:", not torch.allclose(restored, hooked, atol
 # Now the experiment: for each of the 24 heads, switch it off alone, translate 200 held-out numbers greedily,
 # and record the drop in exact match (percentage points) from the intact model.
 
-# %% mystnb={"image": {"alt": "Table heatmap of exact-match points lost per switched-off head: two cells stand out bright, head 3 of the first decoder layer and head 1 of the first cross-attention layer, most others are near zero."}}
+# %% mystnb={"image": {"alt": "Table heatmap of exact-match points lost per switched-off head, each cell labelled: two stand out bright, decoder L0 head 3 (82) and cross L0 head 1 (78), four more cost 12 to 26 points (decoder L0 head 2, cross L1 head 2, decoder L1 head 0, cross L0 head 3), and the other 18 under 10, the encoder heads 2 or less."}}
 start = time.perf_counter()
 subset = data.test[:200]
 damage = torch.zeros(6, 4)                                   # (kind x layer, head)
@@ -350,7 +356,8 @@ print("whole blocks:", {name: round(v, 1) for name, v in whole.items()})
 #
 # Write `rank_correlation(x, y)` for two 1-D tensors of the same length: replace each value by its rank
 # (1 for the smallest; tied values share the mean of their ranks), then return Pearson's correlation of the two
-# rank lists as a float.
+# rank lists as a float. (Pearson's correlation of two lists: subtract each list's mean, then divide the dot
+# product of the two centred lists by the product of their norms; you may use `torch.corrcoef`.)
 
 # %%
 def rank_correlation(x, y):
@@ -393,8 +400,8 @@ viz.plot_scatter({name: (table[row], damage[row]) for row, name in enumerate(lab
 # described below is what to look for):
 #
 # - **A few heads are essential.** Two heads stand out: head 3 of the first decoder self-attention layer
-#   (82 points) and head 1 of the first cross-attention layer (78 points). Without either one almost no number
-#   comes out right: the model concentrated a job in one head and built no backup, which small models trained
+#   (82 points) and head 1 of the first cross-attention layer (78 points). Without either one most numbers
+#   come out wrong: the model concentrated a job in one head and built no backup, which small models trained
 #   briefly often do. Only 3 of the 24 heads cost nothing at all, and 6 cost more than 10 points.
 # - **Whole blocks hurt more than their heads one by one.** None of the four heads of the second decoder
 #   self-attention layer is among the three most harmful (each costs less than 26 points alone), yet the four
@@ -423,6 +430,7 @@ viz.plot_scatter({name: (table[row], damage[row]) for row, name in enumerate(lab
 # ## Try this
 #
 # 1. Switch off the **two** most harmful heads together. Is the damage the sum of the two separate damages?
+#    (They sit in different blocks, so nest two `with ablate(...)` statements, one per block.)
 # 2. Measure damage with BLEU instead of exact match (`evaluate` returns both). Which one is the more
 #    sensitive test for this task, and why?
 # 3. Use the explorer on *ninety-seven*: which cross-attention head writes *quatre*, *vingt*, *dix*, *sept*

@@ -96,7 +96,9 @@ def hint_of(check) -> str:
 # %% [markdown]
 # ## The math we hold the code to
 #
-# Everything below is measured against the paper's formulas:
+# Everything below is measured against the paper's formulas and, for layer norm and pre-norm, which the paper
+# does not write out, against the standard definitions (layer norm: Ba et al., 2016; pre-norm: tensor2tensor's
+# default, studied by Xiong et al., 2020):
 #
 # - attention: $\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V$,
 #   with $d_k = d_{model}/h$ for each of the $h$ heads;
@@ -487,8 +489,8 @@ viz.plot_lines({"correct": loss_right, "causal mask off by one, tril(1)": loss_l
 # The leaky curve drops below the correct one **at once**: copying the next decoder input is easier than
 # finding the token in the source, so over steps 10–49 its loss is already well below both others (1.67,
 # against 2.11 for the correct model and 2.14 for the $\sqrt{d_{model}}$ one, in the cell above: the figures of
-# the run stored with this page, on a CPU; another machine prints slightly different ones, and on a GPU the
-# figures differ slightly too, its kernels rounding differently). That early gap is the classic sign of a leak. A lower *final* loss is not:
+# the run stored with this page, on a CPU; another machine may print slightly different ones, and so may a GPU,
+# its kernels rounding differently). That early gap is the classic sign of a leak. A lower *final* loss is not:
 # here the $\sqrt{d_{model}}$ model also ends below the correct one, and it leaks nothing. At inference the
 # leak has nothing to read (the next token does not exist yet), and the greedy accuracy shows what the model
 # really learned. The $\sqrt{d_{model}}$ model trains as well as the correct one on this small task (its
@@ -535,11 +537,14 @@ print(hint_of(lambda: check_encoder_layer(IfMask)))
 # NBVAL_CHECK_OUTPUT
 class MisspelledMask(EncoderLayer):
     def forward(self, x, mask=None):
-        x = self.norm1(x + self.self_attn(x, x, x, maks)[0])  # noqa: F821 - BUG: maks, not mask
+        attn_mask = maks if mask is not None else None  # noqa: F821 - BUG: maks, not mask
+        x = self.norm1(x + self.self_attn(x, x, x, attn_mask)[0])
         return self.norm2(x + self.feed_forward(x))
 
 
-print("no `maks` defined:")
+print("no `maks` defined, called without a mask:",
+      tuple(MisspelledMask(16, 2, 32, dropout=0.0)(torch.randn(1, 3, 16)).shape), "- no error")
+print("no `maks` defined, the checker (which passes masks):")
 print(hint_of(lambda: check_encoder_layer(MisspelledMask)))
 
 maks = None  # a stale global from an earlier experiment
@@ -584,9 +589,9 @@ print(hint_of(lambda: check_layer_norm(EpsOutsideSqrt)))
 # %% [markdown]
 # ### Mistake 12 · a feed-forward network with no activation
 #
-# Without the ReLU, $W_2(W_1x + b_1) + b_2$ is one affine map, $x\,W_1W_2 + (b_1W_2 + b_2)$: the
-# `d_ff = 4 d_model` hidden layer adds parameters but no expressive power. Symptom: the module is
-# **linear**, $f(a + b) - f(0) = (f(a) - f(0)) + (f(b) - f(0))$.
+# Without the ReLU, $(xW_1 + b_1)W_2 + b_2 = x\,W_1W_2 + (b_1W_2 + b_2)$ is one affine map (a linear map plus
+# a constant): the `d_ff = 4 d_model` hidden layer adds parameters but no expressive power. Symptom: the module
+# is **affine**, $f(a + b) - f(0) = (f(a) - f(0)) + (f(b) - f(0))$.
 
 # %%
 class NoActivation(nn.Module):
@@ -710,9 +715,11 @@ print(hint_of(lambda: check_encoder_layer(PostNormProsePreNormCode)))
 # The mistakes above come from five classic from-scratch implementations of the paper, of the kind found in
 # tutorials: a Colab notebook, two blog-style walk-throughs, an annotated notebook and a textbook chapter that
 # builds a translator line by line. Many such tutorials descend from The Annotated Transformer (Rush, 2018),
-# and several of the patterns here are its own: the sub-layer connection that normalises *first* while the
-# text quotes post-norm (chapter 05), label smoothing computed with `nn.KLDivLoss` (chapter 10), a generator
-# that ends in a log-softmax (chapter 09). They were not only bugs. They made design choices that differ from the paper's
+# and several of the patterns here are its own: its `LayerNorm` is mistake 11 exactly (eps added to the
+# standard deviation, and an unbiased one at that), label smoothing is computed with `nn.KLDivLoss`
+# (chapter 10), and the generator ends in a log-softmax (chapter 09). Its sub-layer connection normalises
+# *first* while the text quotes post-norm (chapter 05), but that is a choice it states openly in a comment, not
+# a silent mismatch. They were not only bugs. They made design choices that differ from the paper's
 # default or from `tfm_lesson`'s code, and are perfectly good. Each is either an option of `tfm_lesson` or
 # computes the same numbers; here is the proof for each.
 #

@@ -21,7 +21,7 @@
 #
 # Chapters 01–13 built the Transformer of 2017: an encoder reads a sentence, a decoder writes its
 # translation. The models people talk about today, GPT and its relatives, keep only half of it. This chapter
-# turns your decoder into a **GPT**, gives it **tokens** made by a byte-pair-encoding tokenizer that you write,
+# turns your decoder into a **GPT**, gives it **tokens** made by a byte-pair-encoding tokenizer whose central step you write,
 # trains it on your CPU to write English sentences, and lets you **sample** from it with a slider.
 #
 # **What you will learn**
@@ -287,7 +287,9 @@ print("same merges as the loop:", [whole.vocab[256 + i] for i in range(10)] == [
 # **Pre-tokenisation.** Left alone, merges cross word boundaries: `s ` and `he ` above glue the end of one word
 # to the space before the next, and with more merges whole word pairs become tokens. GPT-2 first splits the text into chunks
 # with a regular expression — a word with the space before it, a number, a run of punctuation, white space —
-# and only merges inside a chunk. So a word gets the same tokens wherever it stands, and training and encoding
+# and only merges inside a chunk. So a word preceded by a space gets the same tokens wherever it stands (at the
+# start of a line, with a capital or after a quote it is another chunk: `The` and ` the` below), no token spans
+# two words, and training and encoding
 # work on the distinct chunks only, which is what makes a pure-Python BPE fast enough to train on megabytes.
 # `BPETokenizer` uses GPT-2's split by default:
 
@@ -309,7 +311,7 @@ for pattern, label in [(None, "no split"), (GPT2_PATTERN, "GPT-2 split")]:
 
 # %% [markdown]
 # Now the real tokenizer: 512 tokens (256 bytes + 256 merges), trained on the first 300,000 characters of the
-# training text. It also encodes both halves of the corpus.
+# training text. It also encodes both splits of the corpus (training and validation).
 #
 # **The corpus** is the English half of the sentence pairs shipped with this course (chapter 11 translates
 # them): 50,000 sentences generated from a small lexicon with a simple grammar, one per line. They are part of
@@ -333,11 +335,13 @@ print(f"{len(sentence.encode('utf-8'))} bytes -> {len(tokenizer.encode(sentence)
 for text in ["Zebras can't fly 🦓", "naïve café, e\u0301, 日本語", "nul\x00byte"]:
     print(f"{text!r:32} {len(tokenizer.encode(text)):3d} tokens, round trip exact:",
           tokenizer.decode(tokenizer.encode(text)) == text)
+print("the pieces of 'Zebras can't fly 🦓':", tokenizer.tokens("Zebras can't fly 🦓"))
 
 # %% [markdown]
 # Frequent words are single tokens (` small`, ` teacher`, ` famous`); less frequent ones are cut into pieces
-# (` was` `he` `s`). A word the corpus never has ("Zebras") falls apart into smaller pieces, down to single bytes
-# for the emoji, and still comes back exactly.
+# (` was` `he` `s`). A word the corpus never has ("Zebras") falls apart into smaller pieces, here single
+# letters, and the emoji into single bytes (the last line of the cell prints the pieces; a byte that is only part
+# of a character shows as `�`), and the text still comes back exactly.
 #
 # ### Next-token batches
 #
@@ -362,6 +366,8 @@ for t in range(4):
 # The model: 2 blocks, $d_\text{model} = 64$, 4 heads, $d_{ff} = 256$, a context of `max_len` = 64 tokens, a
 # vocabulary of 512. Before training it knows nothing: its perplexity is about the vocabulary size, and its
 # "text" is a string of random tokens: single bytes (some of them pieces of a multi-byte character, drawn `�`) and pieces of words. The unigram baseline is computed from token counts alone.
+# (`complete(model, tokenizer, "")` samples from an empty prompt: a GPT has no `<s>` token, so `complete` starts
+# it from a line break, the separator between the corpus's sentences, as if a new sentence began.)
 
 # %%
 torch.manual_seed(0)
@@ -429,14 +435,19 @@ for seed in range(3):
 # ## See it: how sampling chooses
 #
 # Take one prompt and look at the model's next-token distribution, sorted from the most probable token down.
-# The temperature reshapes it: below 1 the head grows, above 1 the tail does.
+# The temperature reshapes it: below 1 the head grows, above 1 the tail does. The figure shows only the 15 most
+# probable tokens, which all lose probability at temperature 2; the cell prints how much all the other tokens
+# hold together at each temperature, and that is where the probability goes.
 
-# %% mystnb={"image": {"alt": "Line chart of the probabilities of the 15 most probable next tokens at temperatures 0.5, 1 and 2: the low temperature makes the top tokens more probable, the high one flattens the curve."}}
+# %% mystnb={"image": {"alt": "Line chart of the probabilities of the 15 most probable next tokens at temperatures 0.5, 1 and 2: the low temperature makes the top tokens more probable, the high one flattens the curve and lowers all 15, since the tokens off the chart gain."}}
 prompt = "The small"
 with torch.no_grad():
     logits = model(torch.tensor([tokenizer.encode(prompt)], device=device))[0, -1].cpu()  # (vocab,)
 order = logits.argsort(descending=True)[:15]
 print("most probable next tokens:", [tokenizer.decode([int(i)]) for i in order[:8]])
+for t in (0.5, 1.0, 2.0):
+    p_t = (logits / t).softmax(-1)
+    print(f"temperature {t}: the 15 shown hold {p_t[order].sum():.2f}, the other tokens {1 - p_t[order].sum():.2f}")
 viz.plot_lines({f"temperature {t}": (logits / t).softmax(-1)[order].tolist() for t in (0.5, 1.0, 2.0)},
                x=list(range(1, 16)), title=f"Next-token probabilities after {prompt!r}",
                xlabel="rank of the token (1 = most probable)", ylabel="probability")
@@ -469,10 +480,13 @@ for name, kwargs in [("greedy (temperature 0)", dict(temperature=0)),
 # Greedy decoding always takes the likeliest token, and the same prompt always gives the same text, which
 # tends to repeat itself (here the same short sentence pattern, "The ... will not ..."; with longer outputs,
 # greedy text often ends in a loop). A high temperature gives the tail a chance, and with it spelling mistakes and
-# invented words. Top-k and top-p cut off only the rarest tokens and keep the variety of sampling; a model
+# invented words. Top-k and top-p cut off the tail: with a large k or a p close to 1 only the rarest tokens,
+# with small settings much more (the cell comparing top-k and top-p above prints that top-k = 5 keeps only part of the
+# probability). Between those extremes they keep much of the variety of sampling; a model
 # trained for 250 steps still misspells with them, as the samples above show.
 #
-# `complete` (through `GPT.generate`) has used a cache of keys and values all along (chapter 15 explains it).
+# `complete` (through `GPT.generate`) has used a cache of keys and values all along. What is cached, and why
+# that can change a result, is chapter 15's subject; you can skip this check until then.
 # The same text with and without that cache: `generate` reuses the
 # keys and values of earlier positions instead of recomputing them, and should produce the same tokens; the
 # cell checks that it does here. That is a measurement, not a guarantee: the cached path adds the same numbers
@@ -492,7 +506,7 @@ print("greedy, cached == uncached:", cached == uncached)
 # temperature, top-k and top-p make of it (blue); below, the model's continuation. top-k 0 and top-p 1 mean
 # "off"; temperature 0 is greedy. (In a static view, such as the book, you see the default settings.)
 
-# %% mystnb={"image": {"alt": "Explorer picture: bars of the most probable next tokens as the model gives them and after temperature and filtering, above the prompt and a 40-token sample."}}
+# %% mystnb={"image": {"alt": "Explorer picture at the default settings (temperature 1, top-k and top-p off): bars of the most probable next tokens after 'The small' as the model gives them (grey) and after temperature and filtering (blue), identical here since nothing is filtered, as the title says (all 512 tokens can be drawn); below, the prompt and a 40-token sample."}}
 widgets.sampling_widget(model, tokenizer, "The small", max_new_tokens=40)
 
 # %% [markdown]
@@ -502,7 +516,8 @@ widgets.sampling_widget(model, tokenizer, "The small", max_new_tokens=40)
 # so you can skip it on a first read.
 #
 # The `tokenizers` library (the tokenizer of the `transformers` ecosystem, written in Rust) has a byte-level
-# BPE trainer. Trained on the same text with the same split, vocabulary size and minimum pair count, does it
+# BPE trainer. Trained on the same text with the same split, vocabulary size and minimum pair count (a pair
+# is merged only if it occurs at least `min_frequency` times, see below), does it
 # learn the same merges?
 
 # %%
@@ -560,7 +575,8 @@ print("same tokens on held-out text:",
 # - **minimum frequency**: both stop when the best pair occurs fewer than `min_frequency` times (2 here);
 #   `tokenizers` defaults to 0, so leaving it unset there changes the last merges;
 # - **the split**: GPT-2's pattern uses Unicode classes (`\p{L}`, `\p{N}`); GPT-2's original `encoder.py` runs it
-#   with the Python `regex` package, `tokenizers` with its Rust regular-expression engine (Oniguruma); we use
+#   with the Python `regex` package, `tokenizers` with Oniguruma, a C regular-expression library, through
+#   Rust bindings; we use
 #   Python's `re`, which has no `\p{…}`, with the nearest classes it has; they agree on ordinary text and differ
 #   on rare characters such as `²`;
 # - **ids**: the same merges get different numbers (their ids count from the printable characters, ours from
@@ -620,7 +636,8 @@ check_bpe_merge(merge)
 # probabilities `(batch, vocab)` that the next token is drawn from. In this order: divide by the temperature;
 # if `top_k` is not `None`, keep the logits at least as large as the `top_k`-th largest (ties included) and
 # set the others to $-\infty$; if `top_p` is not `None`, keep the smallest set of most probable tokens whose
-# probabilities (after the steps before) reach `top_p`, again keeping ties; then the softmax. `temperature == 0`
+# probabilities (re-normalised after the steps before: the softmax over the tokens top-k kept) reach `top_p`,
+# again keeping ties; then the softmax. `temperature == 0`
 # means greedy: probability 1 on the argmax of each row. You may use `filter_top_k` and `filter_top_p` from
 # `tfm_lesson.sampling`, or write the filters yourself (harder: that is where the classic mistakes are).
 

@@ -32,9 +32,9 @@
 #   positions never change when a token is appended (chapter 08's prefix demo, again);
 # - the **KV cache**: each self-attention layer keeps its keys and values and appends one position per
 #   step; cross-attention computes the memory's keys and values **once**;
-# - proof that cached and uncached generation give the **same tokens** (greedy, sampling, beam search,
-#   decoder-only and encoder-decoder);
-# - the time per generated token against its position, with and without the cache (flat against growing),
+# - a check that cached and uncached generation give the **same tokens** here (greedy, sampling, beam search,
+#   decoder-only and encoder-decoder), and why in general they can differ where two tokens are nearly tied;
+# - the time per generated token against its position, with and without the cache,
 #   tokens per second, and the cache's memory: $2 \times \text{layers} \times \text{batch} \times \text{heads} \times
 #   d_k \times \text{length} \times \text{bytes}$, checked against the real tensors.
 
@@ -114,8 +114,14 @@ print("logits at positions 0..7 unchanged by tokens 8..11:", torch.allclose(long
 # Positions need the same shift: the learned or sinusoidal encoding of the new token is the one of position
 # $c$, the number of tokens already cached, not of position 0.
 #
-# Per step the work drops from $t$ positions to one; what is left growing is the attention itself, one dot
-# product per cached key, cheap next to the layers' matrix products at these lengths. The price is memory:
+# Per step the work through the layers drops from $t$ positions to one. Per new token and layer, the matrix
+# products cost a constant $4d_\text{model}^2 + 2\,d_\text{model} d_{ff}$ multiply-adds (the four projections
+# and the feed-forward network); attention over the cache costs about $2\,t\,d_\text{model}$ (the scores and the
+# weighted sum over $t$ cached positions, all heads together) and grows with $t$. For the small model of this
+# chapter ($d_\text{model} = 64$, $d_{ff} = 256$) the two are equal at $t = 384$, so at the longest lengths
+# below attention is the larger part; for wide models ($d_\text{model}$ in the thousands) it stays the smaller
+# part until contexts of several thousand tokens. (On a GPU what grows is mostly the memory traffic of reading
+# the cache.) The price is memory:
 #
 # $$\text{bytes} = 2 \times \text{layers} \times \text{batch} \times \text{heads} \times d_k \times
 #   \text{length} \times \text{bytes per number}$$
@@ -166,7 +172,9 @@ print("step by step with a cache == one causal pass:", torch.allclose(by_step.cp
 # `T.KVCache` does the same for one attention layer: `update(k_new, v_new)` appends and returns every key and
 # value so far, `len(cache)` is the number of positions stored (the offset of the next one). Instead of a
 # `torch.cat` per step, which copies the whole cache into a new tensor every time, it writes the new positions
-# into a buffer reserved in advance and doubles the buffer when it is full. `T.MultiHeadAttention` takes it as
+# into a buffer and doubles the buffer when it is full. The first update sizes the buffer to what it is given,
+# or to `max_len` positions if the cache was made with `KVCache(max_len)` (reserved in advance, as
+# `GPT.generate` does); the printout below shows the doubling. `T.MultiHeadAttention` takes it as
 # `cache=`. (Its printout says `kv_heads`: the heads that keys and values have, equal to `heads` here; chapter 16
 # makes them fewer.)
 
@@ -308,7 +316,7 @@ for n in (32, 128, 512):
     cached_rate, uncached_rate = 1e3 * n / sum(fast_ms[:n]), 1e3 * n / sum(slow_ms[:n])
     print(f"{n:10} | {cached_rate:12.0f} | {uncached_rate:14.0f} | {cached_rate / uncached_rate:5.1f}x")
 
-# %% mystnb={"image": {"alt": "Line chart of milliseconds per generated token over 512 tokens: without the cache the time grows with the length, with the KV cache it stays low and nearly flat."}}
+# %% mystnb={"image": {"alt": "Line chart of milliseconds per generated token over 512 tokens: without the cache the time grows with the length, with the KV cache it stays far lower and rises much more slowly."}}
 fig, ax = plt.subplots(figsize=(7, 3.5))
 ax.plot(range(1, 513), slow_ms, label="without cache: the whole sequence each step")
 ax.plot(range(1, 513), fast_ms, label="with KV cache: one token each step")
@@ -319,33 +327,46 @@ plt.show()
 
 # %% [markdown]
 # Read the figure from left to right. Without the cache the time per token grows with the position: each
-# step redoes every earlier position, so the line rises roughly in proportion to the length (the steps and dips along it come from the CPU
-# switching kernels and caches at certain sizes; the trend is what matters). With the cache
-# it stays nearly flat: one position per step through the layers, plus attention over the cached keys,
-# which grows too but slowly at these lengths. The table above turns the same step times into tokens per
-# second (N tokens over the summed step times of the first N); compare its last column at 32 and at 512
-# tokens: the uncached cost per token keeps growing, so the gap widens the further you generate. The timings
-# are the ones of the machine that ran this notebook (printed above the table); other programs running at
-# the same time make single steps jump, so the table and the figure use the running median of 15 steps
-# (the "whole runs" times above the table include every jump).
+# step redoes every earlier position, so the line rises roughly in proportion to the length. With the cache
+# it stays far lower: one position per step through the layers, plus attention over the cached keys, which
+# grows with the length too (see "The math": for this small model it ends up the larger part), so the cached
+# line rises, but much more slowly. The table above turns the same step times into tokens per second (N
+# tokens over the summed step times of the first N); compare its last column at 32 and at 512 tokens, as the
+# cell prints them: the uncached cost per token grows faster, so the gap widens the further you generate. The
+# timings are the ones of the machine that ran this notebook (printed above the table). Other programs running
+# at the same time make single steps jump, so the table and the figure use the running median of 15 steps
+# (the "whole runs" times above the table include every jump); a median removes single jumps, not a
+# disturbance that lasts many steps. If your figure shows a plateau or a cliff that the trend does not
+# explain, run the cell again when the machine is quiet.
 #
 # At the very first token both paths do the same work (the whole prompt), which is why they start together.
 #
 # ### The cache's memory, checked against the tensors
 #
 # After those 512 tokens, each of the two blocks holds keys and values for $16 + 511$ positions (the last
-# token generated was never fed back):
+# token generated was never fed back). The cell below grows a cache the way `time_per_token` did (the prompt at
+# once, then one token per step), and a second one with that length reserved up front, as `GPT.generate` does.
+# The formula gives the **filled** part, which `cache_nbytes` and the `key`/`value` views count; the buffer
+# behind a cache grown by doubling can be larger (up to twice the filled part), and `untyped_storage()` shows
+# what was really allocated:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-cache = gpt.new_cache()
+grown = gpt.new_cache()                                      # as time_per_token grew it
+reserved = gpt.new_cache(max_len=fast_tokens.size(1) - 1)    # the length reserved up front
 with torch.no_grad():
-    gpt(fast_tokens[:, :-1], cache)  # the prompt and the 511 tokens fed back: 527 positions
-length = len(cache[0])
+    for cache in (grown, reserved):
+        gpt(fast_tokens[:, :16], cache)                      # the prompt at once
+        for t in range(16, fast_tokens.size(1) - 1):         # then the 511 tokens fed back, one per step
+            gpt(fast_tokens[:, t: t + 1], cache)
+length = len(grown[0])
 formula = 2 * cfg.num_layers * 1 * cfg.heads * cfg.d_k * length * 4  # keys and values, batch 1, float32
-measured = sum(c.key.numel() * c.key.element_size() + c.value.numel() * c.value.element_size() for c in cache)
-print(f"length {length}: formula {formula:,} bytes, real tensors {measured:,} bytes, cache_nbytes {cache_nbytes(cache):,}")
-print("key tensor of one block:", tuple(cache[0].key.shape), cache[0].key.dtype)
+filled = sum(c.key.numel() * c.key.element_size() + c.value.numel() * c.value.element_size() for c in grown)
+print(f"length {length}: formula {formula:,} bytes, filled part {filled:,} bytes, cache_nbytes {cache_nbytes(grown):,}")
+print("key tensor of one block:", tuple(grown[0].key.shape), grown[0].key.dtype)
+for name, caches in [("grown one token at a time", grown), ("reserved up front", reserved)]:
+    allocated = sum(c.key.untyped_storage().nbytes() + c.value.untyped_storage().nbytes() for c in caches)
+    print(f"{name:26}: {caches[0]}, {allocated:,} bytes allocated")
 
 # %% [markdown]
 # Tiny here. The same formula for GPT-2 small (12 layers, 12 heads, $d_k = 64$) at its full context of 1024
@@ -510,10 +531,11 @@ T.quiz.show("15")
 #   tokens come at once.
 # - Cross-attention's keys and values come from the memory, which does not change: computed once, reused at
 #   every step. Beam search reorders the self-attention caches to follow each beam's parent.
-# - Cached and uncached generation give the same tokens (greedy, sampling with the same generator, beam
-#   search; decoder-only and encoder-decoder): the logits agree to float32 rounding.
-# - The time per token stays nearly flat with the cache and grows with the position without it; the cache
-#   costs $2 \times \text{layers} \times \text{batch} \times \text{heads} \times d_k \times \text{length}
+# - Cached and uncached generation gave the same tokens in this chapter's checks (greedy, sampling with the same
+#   generator, beam search; decoder-only and encoder-decoder): the logits agree to float32 rounding, so where
+#   two tokens are nearly tied the two paths can in general pick different ones.
+# - The time per token grows far more slowly with the cache than without it (attention over the cache still
+#   grows with the length); the filled cache costs $2 \times \text{layers} \times \text{batch} \times \text{heads} \times d_k \times \text{length}
 #   \times \text{bytes}$ of memory, which for large models and long contexts becomes the limit.
 #
 # Next, chapter 16 brings the block up to date: RMSNorm, rotary positions, SwiGLU and grouped-query attention,

@@ -58,8 +58,9 @@ QUESTIONS = [
         options=[
             "It is never exactly zero, so no unit can ever be dead.",
             "It is zero for every negative z, exactly like ReLU's.",
-            "It is zero at the minimum (z ≈ -0.75), changes sign there, and the CPU kernel returns exactly 0 far "
-            "left (about z = -10), though the true slope there, about -7.6e-22, fits in float32.",
+            "It is zero at the minimum (z ≈ -0.75), changes sign there, and the vectorised CPU kernel returns "
+            "exactly 0 far left (from about z = -6.5), though the true slope there, about -7.6e-22 at z = -10, "
+            "fits in float32.",
         ],
         answer=2,
         feedback=[
@@ -67,8 +68,8 @@ QUESTIONS = [
             "exactly 0 for very negative z: GELU makes dead units rarer, not impossible.",
             "That is ReLU. GELU passes a small, even negative, slope over the moderately negative range.",
             "Right: the chapter prints the slope at several z: negative left of -0.75, positive right of it, "
-            "and 0 at z = -10 and beyond. That 0 is the float32 kernel's rounding, not float32's range: "
-            "float64 gives about -7.7e-22.",
+            "and 0 from z = -6.5 on. That 0 is the vectorised float32 kernel's rounding near 1, not float32's "
+            "range: the same kernel on a one-element tensor, and float64, print a tiny non-zero slope.",
         ],
     ),
 ]

@@ -14,7 +14,8 @@ QUESTIONS = [
         feedback=[
             "√d_k is attention's scale (it divides the scores). The embedding factor is about a vector of "
             "d_model entries: with entries of variance 1/d_model, √d_model brings each entry to unit variance.",
-            "Right: an embedding drawn from N(0, 1/d_model) has norm about 1; times √d_model its norm is about "
+            "Right. The paper gives no reason; one reading (tensor2tensor's initialisation, which the package "
+            "follows): an embedding drawn from N(0, 1/d_model) has norm about 1; times √d_model its norm is about "
             "22.6, the order of the positional encoding's 16, so the sum carries both word and position.",
             "Then the positional encoding (norm 16 at d_model = 512) would drown the word (norm about 1), 16 to 1; "
             "the chapter measures both.",

@@ -40,7 +40,8 @@ QUESTIONS = [
                "that show?",
         options=[
             "That the block does nothing important.",
-            "That the heads back each other up: each alone is redundant, the block as a whole is not.",
+            "That the heads back each other up: each alone costs far less than the block (at most 14 points "
+            "against 96.5 together).",
             "That the ablation hook is wrong.",
         ],
         answer=1,

@@ -55,18 +55,19 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="The model's held-out perplexity is 10 and a unigram model's is 130. What does that say?",
+        prompt="The chapter's model has a held-out perplexity of about 10 and a unigram model about 134. What does "
+               "that say?",
         options=[
             "The model gets 10% of the next tokens right.",
             "On average, the model is as unsure of the next token as a uniform choice among about 10 tokens; "
-            "the unigram model, which ignores the context, as unsure as a choice among 130.",
+            "the unigram model, which ignores the context, as unsure as a choice among about 134.",
             "The model is 13 times faster than the unigram model.",
         ],
         answer=1,
         feedback=[
             "Perplexity is not an accuracy: it is exp of the mean cross-entropy, the effective number of equally "
             "likely choices.",
-            "Right: perplexity = exp(mean −log p(next token)); using the context cuts the choice from about 130 "
+            "Right: perplexity = exp(mean −log p(next token)); using the context cuts the choice from about 134 "
             "to about 10.",
             "Perplexity measures prediction, not speed.",
         ],
@@ -98,8 +99,8 @@ QUESTIONS = [
         ],
         answer=1,
         feedback=[
-            "That is what a very HIGH temperature does: logits / T all tend to 0, and the softmax becomes uniform.",
-            "Right: differences between logits are multiplied by 1/T, so the probability of the argmax goes to 1; "
+            "That is what a very HIGH temperature does: logits / τ (τ the temperature) all tend to 0, and the softmax becomes uniform.",
+            "Right: differences between logits are multiplied by 1/τ, so the probability of the argmax goes to 1; "
             "temperature 0 is defined as greedy (the argmax) to avoid dividing by zero.",
             "Temperature changes the probabilities among the tokens top-k keeps (and which top-p keeps).",
         ],
