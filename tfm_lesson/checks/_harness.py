@@ -152,7 +152,8 @@ _HARNESS_FILES = frozenset({__file__, _CONTEXTLIB})
 #: The harness's bookkeeping around the learner's code: the deadline never interrupts it.
 _BOOKKEEPING = frozenset({"time_limit", "_stop", "stop", "start", "arm", "_ring", "_watch", "_trace", "_trace_new",
                           "_trace_line", "_profile", "_kickable", "__init__", "_set_async_exc", "_learners_code",
-                          "_with_lines", "_on_stack", "_mechanism", "_drain_async_exc", "_checkpoint"})
+                          "_with_lines", "_on_stack", "_mechanism", "_drain_async_exc", "_checkpoint",
+                          "_caught_again_here"})
 
 
 class _OutOfTime(BaseException):
@@ -195,6 +196,29 @@ def _with_lines(code: Any) -> frozenset[int]:
                 found.add(line)
         lines = _with_lines_cache[code] = frozenset(found)
     return lines
+
+
+def _caught_again_here(code: Any, offset: int) -> bool:
+    """Whether an exception raised at ``offset`` (the start of a handler) is caught by another ``except`` /
+    ``finally`` of the same frame (nested ``try`` blocks): then :meth:`_Limit._trace_line`, which CPython switches
+    off when it raises, leaves an asynchronous exception pending as well, delivered at the frame's next call or
+    backward jump, after that enclosing handler has begun. Never when a ``with`` block would get it first (its
+    ``__exit__`` must run). CPython 3.10 has no exception table: there, whenever the code holds no ``with``."""
+    import dis
+
+    parse = getattr(dis, "_parse_exception_table", None)
+    if parse is None:
+        return not _with_lines(code)
+    entries = parse(code)
+    for _ in range(len(entries)):
+        target = next((e.target for e in entries if e.start <= offset <= e.end), None)
+        if target is None:
+            return False
+        following = [ins.opname for ins in dis.get_instructions(code) if ins.offset >= target][:3]
+        if following[:1] == ["PUSH_EXC_INFO"]:
+            return "WITH_EXCEPT_START" not in following
+        offset = target  # the cleanup of the handler we leave (COPY, POP_EXCEPT, RERAISE): where does it go?
+    return False
 
 
 def _timeout_message(what: str, seconds: float) -> str:
@@ -256,6 +280,7 @@ class _Limit:
         self.previous_handler: Any = None
         self.previous_timer = (0.0, 0.0)
         self.stop_event = threading.Event()
+        self.urgent = False
         self.watchdog: threading.Thread | None = None
         self.started = 0.0
         # bound once: CPython hands back these very objects from sys.gettrace() / sys.getprofile() / f_trace
@@ -279,6 +304,7 @@ class _Limit:
             signal.setitimer(signal.ITIMER_REAL, 0)
         with self.lock:  # the watchdog fires under the lock: after this, it never fires again
             self.done = True
+        self.stop_event.set()
         if threading.get_ident() == self.thread:
             _drain_async_exc()  # no exception may stay pending for the code that runs after us
         self.stop_event.set()
@@ -341,11 +367,12 @@ class _Limit:
                 if self.done:
                     return
                 self.expired = True
-                if not self.left and self._kickable(sys._current_frames().get(self.thread), first):
+                urgent, self.urgent = self.urgent, False
+                if not self.left and (urgent or self._kickable(sys._current_frames().get(self.thread), first)):
                     _set_async_exc(self.thread, _OutOfTime)
                     first = False
-            if self.stop_event.wait(_KICK_EVERY):
-                return
+            self.stop_event.wait(_KICK_EVERY)  # set by stop() and by _kick_soon()
+            self.stop_event.clear()
 
     # the tracer --------------------------------------------------------------------------------------------------
     def arm(self, frame: Any, in_flight: bool = False) -> None:
@@ -391,8 +418,19 @@ class _Limit:
             self.in_flight.discard(frame)
         elif event == "line" and frame in self.in_flight and frame.f_lineno not in _with_lines(frame.f_code):
             self.in_flight.discard(frame)
+            if _caught_again_here(frame.f_code, frame.f_lasti):
+                self._kick_soon()
             raise _OutOfTime  # CPython now switches this tracer off; _profile switches it on again
         return self._trace_line
+
+    def _kick_soon(self) -> None:
+        """The next kick now rather than in ``_KICK_EVERY`` s: an enclosing handler of the same frame is about to
+        swallow the exception the tracer raises (the tracer is off by then; a kick turns it on again)."""
+        if self.how == "alarm":
+            signal.setitimer(signal.ITIMER_REAL, 1e-4)
+        else:
+            self.urgent = True
+            self.stop_event.set()
 
     def _profile(self, frame: Any, event: str, arg: Any) -> None:
         """sys.setprofile's function: never raises, so CPython keeps it on; it puts the tracer back on (after the
