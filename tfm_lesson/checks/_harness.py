@@ -354,11 +354,12 @@ class _Limit:
             return False
         code = frame.f_code
         if first:
-            return code.co_filename != _CONTEXTLIB and not (code.co_filename == __file__ and code.co_name in _BOOKKEEPING)
+            bookkeeping = code.co_filename == __file__ and code.co_name in _BOOKKEEPING
+            return code.co_filename != _CONTEXTLIB and not bookkeeping
         return _learners_code(code.co_filename)
 
     def _watch(self) -> None:
-        """The watchdog thread: the deadline, then a kick every ``_KICK_EVERY`` seconds while the learner's code runs."""
+        """The watchdog thread: the deadline, then a kick every ``_KICK_EVERY`` s while the learner's code runs."""
         if self.stop_event.wait(self.seconds):
             return
         first = True
@@ -498,16 +499,29 @@ def time_limit(seconds: float | None = None, what: str = "your code", mechanism:
       and most blocking calls return early when a signal arrives).
     * ``"thread"``: a watchdog thread raises in this thread (CPython's ``PyThreadState_SetAsyncExc``): any thread,
       any OS, but only between Python bytecodes. A long C call (``time.sleep(100)``, one huge matrix product,
-      a blocking read) outside the main thread runs to its end first; a loop of such calls stops after the call
-      that is running.
+      a blocking read) runs to its end first, since nothing can interrupt it from another thread; a loop of
+      such calls stops after the call that is running.
 
-    Code that swallows the timeout (``except:``, ``except BaseException:``, nested, in a loop, in a handler that
-    loops, in recursion) is stopped too: after the deadline a tracer raises again on the first line of each of the
-    learner's handlers that catches it, and the deadline is repeated every ``_KICK_EVERY`` seconds. The learner's
-    ``with`` blocks still get their ``__exit__``; the checker's and the libraries' frames are never traced. When
-    the block ends, SIGALRM's handler, the interval timer, ``sys.gettrace()`` / ``sys.getprofile()`` (a debugger's
-    or coverage's) are as they were, and no exception is left pending. If the deadline passed, the block ends with
-    the :class:`Mistake` even when the learner's code swallowed the timeout and returned."""
+    Code that swallows the timeout (``except:``, ``except BaseException:``, in a loop, around a sleep, in a handler
+    that loops, in functions that call each other, in recursion, inside a ``with`` block) is stopped too, within
+    milliseconds of the deadline: after it, a tracer raises again on the first line of each of the learner's
+    handlers that catches it (CPython switches a trace function off when it raises; a profile function switches
+    it on again whenever a frame is left or entered), and the deadline is repeated every ``_KICK_EVERY`` seconds.
+    The learner's ``with`` blocks still get their ``__exit__``; the checker's, the harness's and the libraries'
+    frames are never traced or raised in (except by the deadline itself, as before). Limits, honestly:
+
+    * two swallowing ``try`` blocks nested in *one* function, around a loop, may not be stopped (the outer handler
+      swallows what the inner one re-raises while the tracer is off; the next kick comes at once but has to land
+      in the right place: measured 3 s once with the alarm, not stopped by the watchdog thread);
+    * CPython 3.10 handles signals and other threads at a loop's backward jump only when the next instruction is
+      not the start of a ``try``: ``while True: try: x += 1 / except: pass`` (no call in the body) is never
+      interrupted there, by either mechanism (3.11 and later are fine);
+    * the ``"thread"`` mechanism cannot cut a C call short (above).
+
+    When the block ends, SIGALRM's handler, the interval timer, ``sys.gettrace()`` / ``sys.getprofile()`` (a
+    debugger's or coverage's) are as they were, and no asynchronous exception is left pending. If the deadline
+    passed, the block ends with the :class:`Mistake` even when the learner's code swallowed the timeout and
+    returned."""
     seconds = TIME_LIMIT if seconds is None else seconds
     outer: _Limit | None = getattr(_active, "limit", None)
     if outer is not None and not outer.done and not _on_stack(outer.owner):
