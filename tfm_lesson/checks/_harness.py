@@ -510,9 +510,10 @@ def time_limit(seconds: float | None = None, what: str = "your code", mechanism:
     The learner's ``with`` blocks still get their ``__exit__``; the checker's, the harness's and the libraries'
     frames are never traced or raised in (except by the deadline itself, as before). Limits, honestly:
 
-    * two swallowing ``try`` blocks nested in *one* function, around a loop, may not be stopped (the outer handler
-      swallows what the inner one re-raises while the tracer is off; the next kick comes at once but has to land
-      in the right place: measured 3 s once with the alarm, not stopped by the watchdog thread);
+    * two swallowing ``try`` blocks nested in *one* function, around a loop, may not be stopped: the outer handler
+      swallows what the inner one re-raises while the tracer is off, and the next kick (at once) has to land in
+      the right place. Measured: from milliseconds to 4 s with the alarm, and with the watchdog thread either
+      milliseconds or never, depending on the Python version and on how the loop is laid out;
     * CPython 3.10 handles signals and other threads at a loop's backward jump only when the next instruction is
       not the start of a ``try``: ``while True: try: x += 1 / except: pass`` (no call in the body) is never
       interrupted there, by either mechanism (3.11 and later are fine);
