@@ -210,6 +210,26 @@ def test_code_that_swallows_the_timeout_is_stopped(pattern: str, mechanism: str)
 
 
 @guard
+@pytest.mark.parametrize("fn", [nested_across_calls, recursion, handler_that_loops,
+                                pytest.param(bare_except_loop, marks=BEFORE_311)], ids=lambda f: f.__name__)
+def test_swallowing_code_is_stopped_outside_the_main_thread_too(fn) -> None:
+    caught: list[BaseException] = []
+
+    def worker() -> None:  # the watchdog mechanism: the only one outside the main thread
+        try:
+            call(fn, what="your loop", limit=0.3)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            caught.append(exc)
+        caught.append(sys.gettrace() or sys.getprofile())  # the worker's own trace/profile: off again
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert isinstance(caught[0], Mistake) and "within 0.3 s" in str(caught[0]) and caught[1] is None
+
+
+@guard
 def test_call_stops_a_bare_except_too() -> None:
     with pytest.raises(Mistake, match="your function did not return within 0.3 s"):
         call(nested_across_calls, what="your function", limit=0.3)
