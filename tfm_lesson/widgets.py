@@ -573,7 +573,8 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
     ``translate_fn`` returns the translation (a str), or ``(translation, attention)`` with a cross-attention
     map ``(tgt_len, src_len)`` (e.g. averaged over heads), which is then drawn with word labels, or a dict
     with those keys; the dict may add ``source_tokens`` and ``target_tokens``, the labels of the map's columns
-    and rows (otherwise the words of the two texts label it when their counts fit). Errors of ``translate_fn`` are shown under the picture instead of raised.
+    and rows (otherwise the words of the two texts label it when their counts fit). Errors of ``translate_fn``
+    are shown under the picture instead of raised.
     """
     if not callable(translate_fn):
         raise TypeError(f"translate_fn must be callable (text -> translation), got {type(translate_fn).__name__}")

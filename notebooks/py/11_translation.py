@@ -256,8 +256,9 @@ print(f"beam (alpha=0) found a more probable output for {(lp_beam > lp_greedy + 
 #
 # **BLEU** (Papineni et al., 2002) counts the word $n$-grams ($n = 1..4$) of the output that also occur in
 # the reference, each counted at most as often as it occurs there (*clipped*: otherwise "le le le le" would
-# have a perfect word precision against "le chat"), takes the geometric mean of the four precisions, and multiplies by a brevity penalty for
-# outputs shorter than the references; computed over the whole test corpus, in $[0, 100]$.
+# have a perfect word precision against "le chat"), takes the geometric mean of the four precisions, and
+# multiplies by a brevity penalty for outputs shorter than the references; computed over the whole test corpus,
+# in $[0, 100]$.
 # **chrF** (Popović, 2015) is an F-score over character $n$-grams ($n \le 6$), more forgiving of a wrong
 # ending (*noir* vs *noire*). Exact match counts only perfect sentences. The package calls sacreBLEU (Post,
 # 2018), which computes BLEU from detokenised text with its own fixed tokenisation and describes its settings in a

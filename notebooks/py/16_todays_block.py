@@ -769,8 +769,8 @@ plot_ablation(tiny, title="the tiny ablation: 60 steps per run")
 #
 # All seven variants, three seeds each, 300 steps of batches of 32 windows of 64 tokens, for chapter 14's
 # model size (2 blocks, $d_{model} = 64$, 4 heads, $d_{ff} = 256$): 21 runs, too long for this page (they ran
-# on one thread of a busy 2-core CPU; the average time per run and the warm-up are printed below). The results ship with the
-# package as a small table;
+# on one thread of a busy 2-core CPU; the average time per run and the warm-up are printed below). The results
+# ship with the package as a small table;
 # `python -m tfm_lesson.ablation --out my_table.json` reruns every run and writes a new table.
 
 # %% mystnb={"image": {"alt": "Ablation picture of seven cumulative variants: left, held-out loss per seed with mean and standard deviation; right, the paired change from the row above with its 95% interval, clearly below zero for pre-norm and for RoPE, crossing zero for the others."}}
@@ -840,7 +840,8 @@ widgets.Explorer("rope_explorer", {"theta": theta_slider, "d_k": d_k_slider}, re
 #
 # Large models run in 16-bit floats. float16 keeps about three decimal digits and nothing above 65,504, and
 # a few features of a trained model's residual stream can reach hundreds or thousands (the "massive
-# activations" of Sun et al., 2024): squared, those above about 256 pass 65,504 and become `inf`. Section 2's `rms_norm_from_scratch` then divides by `sqrt(inf) = inf` and returns zeros.
+# activations" of Sun et al., 2024): squared, those above about 256 pass 65,504 and become `inf`. Section 2's
+# `rms_norm_from_scratch` then divides by `sqrt(inf) = inf` and returns zeros.
 # Try it first: run it on `torch.full((1, 4), 300.0, dtype=torch.float16)` with a float16 gain of ones.
 #
 # Write `rms_norm_half_safe(x, weight, eps)` for `x` of shape `(..., d_model)` in float16, bfloat16 or float32 and a
