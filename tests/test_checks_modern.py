@@ -307,6 +307,8 @@ def test_rms_norm_half_stub_is_not_written_yet():
      "eps OUTSIDE"),
     (lambda x, w, e: (x.float() / torch.sqrt(x.float().pow(2).mean(-1, keepdim=True) + e)).to(x.dtype),
      "ignores the gain"),
+    (lambda x, w, e: w * (x.float() / torch.sqrt(x.float().pow(2).mean(-1) + e)).to(x.dtype),
+     "keepdim=True"),  # a raw broadcasting error without the hint
 ])
 def test_rms_norm_half_mistakes_are_named(fn, hint):
     with pytest.raises(Mistake, match=hint):
@@ -332,6 +334,7 @@ def test_llama_hidden_reference_passes(capsys):
     check_llama_hidden(llama_hidden)
     out = capsys.readouterr().out
     assert "✔ check_llama_hidden passed" in out and "Llama 2 7B 1.008" in out and "Llama 2 70B 1.312" in out
+    assert "Llama 1 65B" in out and "Llama 3 70B 1.312" in out  # all six models, as exercise 3 promises
 
 
 def test_llama_hidden_stub_is_not_written_yet():
@@ -354,6 +357,7 @@ def _scale(h, mult):
     (lambda d, m, mult=None: _up(_scale(int(2 * d / 3), mult), m), "2/3 of d_model"),
     (lambda d, m, mult=None: _up(_scale(int(3 * 4 * d / 2), mult), m), "3/2 instead of 2/3"),
     (lambda d, m, mult=None: m * (_scale(int(8 * d / 3), mult) // m), "round DOWN"),
+    (lambda d, m, mult=None: m * round(_scale(int(8 * d / 3), mult) / m), "NEAREST multiple"),
     (lambda d, m, mult=None: _scale(int(8 * d / 3), mult), "skip the rounding"),
     (lambda d, m, mult=None: _up(int(8 * d / 3), m), "ignore ffn_dim_multiplier"),
     (lambda d, m, mult=None: int((mult or 1.0) * _up(int(8 * d / 3), m)), "AFTER rounding up"),

@@ -192,6 +192,16 @@ def test_translate_widget_shows_errors_instead_of_raising() -> None:
     assert widgets.translate_widget(_translate).error == ""  # empty text: a prompt, no call
 
 
+def test_translate_widget_labels_the_map_with_the_tokens_it_is_given() -> None:
+    """Tokens that split punctuation off (chapter 11) label the map; whitespace words would not fit it."""
+    explorer = widgets.translate_widget(lambda t: dict(translation="Le chat.", attention=torch.rand(4, 4).softmax(-1),
+                                                       source_tokens=["The", "cat", ".", "</s>"],
+                                                       target_tokens=["<s>", "Le", "chat", "."]), "The cat.")
+    ax = explorer.figure.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["The", "cat", ".", "</s>"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["<s>", "Le", "chat", "."]
+
+
 @pytest.mark.parametrize("call, error, words", [
     (lambda: widgets.mask_explorer(lengths=(0, 3)), ValueError, ["lengths", "[1, 10]"]),
     (lambda: widgets.mask_explorer(lengths=5), ValueError, ["lengths"]),

@@ -544,15 +544,18 @@ def attention_explorer(model: nn.Module, src_vocab, tgt_vocab=None, source: str 
 
 # ---------------------------------------------------------------------------------------------------------
 # chapter 11: translate as you type
-def _split_result(result: object) -> tuple[str, object]:
+def _split_result(result: object) -> tuple[str, object, tuple]:
+    """(translation, attention or None, (source labels, target labels), each a list or None)."""
     if isinstance(result, str):
-        return result, None
+        return result, None, (None, None)
     if isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[0], str):
-        return result[0], result[1]
+        return result[0], result[1], (None, None)
     if isinstance(result, dict) and "translation" in result:
-        return str(result["translation"]), result.get("attention")
+        return (str(result["translation"]), result.get("attention"),
+                (result.get("source_tokens"), result.get("target_tokens")))
     raise TypeError("translate_fn must return a str, a (translation, attention) pair or a dict with "
-                    f"'translation' (and optionally 'attention'), got {type(result).__name__}")
+                    "'translation' (and optionally 'attention', 'source_tokens', 'target_tokens'), got "
+                    f"{type(result).__name__}")
 
 
 def _fit_labels(text: str, n: int, end: str) -> list[str] | None:
@@ -569,7 +572,9 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
 
     ``translate_fn`` returns the translation (a str), or ``(translation, attention)`` with a cross-attention
     map ``(tgt_len, src_len)`` (e.g. averaged over heads), which is then drawn with word labels, or a dict
-    with those keys. Errors of ``translate_fn`` are shown under the picture instead of raised.
+    with those keys; the dict may add ``source_tokens`` and ``target_tokens``, the labels of the map's columns
+    and rows (otherwise the words of the two texts label it when their counts fit). Errors of ``translate_fn``
+    are shown under the picture instead of raised.
     """
     if not callable(translate_fn):
         raise TypeError(f"translate_fn must be callable (text -> translation), got {type(translate_fn).__name__}")
@@ -580,7 +585,7 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
 
     def render():
         source, note = _cut(box.value.strip())
-        translation, attention = _split_result(translate_fn(source)) if source else ("", None)
+        translation, attention, given = _split_result(translate_fn(source)) if source else ("", None, (None, None))
         height = 1.5 if attention is None else 4.2
         fig = viz.Figure(figsize=(8.5, height), dpi=viz.DPI, layout="constrained")
         if attention is None:
@@ -600,6 +605,10 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
         weights = viz.squeeze_to(viz.as_array(attention, "attention"), 2, "attention", "(tgt_len, src_len)")
         ax = fig.add_subplot()
         x_labels, y_labels = _fit_labels(source, weights.shape[1], "</s>"), _fit_labels(translation, weights.shape[0], "</s>")
+        if given[0] is not None and len(given[0]) == weights.shape[1]:
+            x_labels = [str(t) for t in given[0]]
+        if given[1] is not None and len(given[1]) == weights.shape[0]:
+            y_labels = [str(t) for t in given[1]]
         viz.show_attention(weights, x_labels and [_plain(w) for w in x_labels],
                            y_labels and [_plain(w) for w in y_labels], ax=ax, vmax=1,
                            xlabel="source" + (f" ({note})" if note else ""), ylabel="translation",

@@ -39,11 +39,11 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # | positions | sinusoids added to the embeddings | learned vectors added to the embeddings | **rotary** (RoPE): queries and keys rotated |
 # | feed-forward | ReLU, $d_{ff} = 4 d_{model}$ | GELU | **SwiGLU**, a gated network |
 # | keys and values | one head per query head | one head per query head | **grouped-query attention**: fewer key/value heads |
-# | biases | everywhere | everywhere | **none** |
+# | biases | in the feed-forward network and the norms (the attention projections have none) | everywhere | **none** |
 #
-# This chapter makes each change, one at a time, from scratch; proves each equal to a reference
+# This chapter makes each change, one at a time, from scratch; checks each equal to a reference
 # (`torch.nn.RMSNorm`, the rotary code of Hugging Face `transformers`, PyTorch's own grouped-query attention);
-# and measures what it does. Then it proves *whole models* equal: a GPT-2 and a Llama built by
+# and measures what it does. Then it checks *whole models* equal: a GPT-2 and a Llama built by
 # `transformers` become the course's `GPT`, and give the same logits. It ends with the question every
 # change raises: does it help? You measure that on chapter 14's language model, with error bars.
 #
@@ -59,6 +59,7 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # - to read an ablation honestly: which differences are larger than the noise.
 
 # %%
+import inspect
 import math
 import os
 import sys
@@ -112,7 +113,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 # - **SwiGLU** lets one projection of the input gate another, feature by feature, for the same parameters;
 # - **grouped-query attention** shares each key/value head among several query heads, so the KV cache
 #   (chapter 15) shrinks by that factor;
-# - **no biases**: fewer parameters that do almost nothing, and (as PaLM reported) steadier training of
+# - **no biases**: a small share of the parameters gone, and (as PaLM reported) steadier training of
 #   large models.
 #
 # Each is a flag of the course's `GPTConfig`. The 2017 block and today's block are two configs of one model:
@@ -261,7 +262,9 @@ print("mean per position after RMSNorm:  ", [round(v, 1) for v in rms(x).mean(-1
 # $$\big(R(m\theta)\,q\big)^\top \big(R(n\theta)\,k\big) = q^\top R(-m\theta)\,R(n\theta)\,k
 #   = q^\top R\big((n - m)\theta\big)\,k .$$
 #
-# The score depends on the two vectors and on $n - m$, never on $m$ or $n$ alone. A head with $d_k$ features
+# The score depends on the two vectors and on $n - m$, never on $m$ or $n$ alone. (The rest of the chapter writes
+# the offset as $m - n$: $R((n - m)\theta)$ and $R((m - n)\theta)$ are transposes of each other, so either sign
+# names the same dependence; what matters is to keep one.) A head with $d_k$ features
 # has $d_k/2$ pairs, each with its own $\theta_i = b^{-2i/d_k}$; the base $b$ is 10,000 in the RoFormer paper
 # and Llama 2, and models made for long contexts raise it (Llama 3 uses 500,000; configs call it
 # `rope_theta`). A rotation keeps lengths, so RoPE changes no vector's norm, only the angles between them.
@@ -397,7 +400,7 @@ print("positions stored in the cache:", len(cache))
 # `down_proj`; the course `w_gate`, `w_up`, `w_down`). Three matrices where the FFN has two: to compare
 # fairly, the hidden size shrinks to $\tfrac23 d_{ff}$, so that $3 \cdot d_{model} \cdot \tfrac23 d_{ff} =
 # 2 \cdot d_{model} \cdot d_{ff}$. `swiglu_hidden(d_ff)` rounds $\tfrac23 d_{ff}$ to the nearest integer (and
-# can round up to a multiple, as Llama does with 256).
+# can round up to a multiple, `multiple_of`, as Llama's configs do; exercise 3 works out their rule).
 #
 # ### Build it
 
@@ -445,8 +448,9 @@ print("from scratch = transformers' LlamaMLP:", max_diff(scratch(x), theirs(x)) 
 # Chapter 15's cache keeps, for every layer, the keys and values of every earlier token: $2 \times
 # \text{layers} \times \text{heads} \times \text{length} \times d_k$ numbers per sequence. For a long
 # sequence and a large batch it can outgrow the weights: for Llama-2-7B in 16-bit floats (32 layers, 32 heads,
-# $d_k = 128$), one sequence of 4,096 tokens needs 2 GiB of cache, against about 13 GB of weights, so a batch of
-# seven such sequences needs more memory for its cache than for the model. Grouped-query attention (Ainslie et al., 2023)
+# $d_k = 128$), one sequence of 4,096 tokens needs 2 GiB of cache ($2^{31}$ bytes, 2.1 GB), against about 13 GB
+# of weights, so a batch of seven such sequences needs more memory for its cache than for the model (six need
+# 12.9 GB, seven 15 GB). Grouped-query attention (Ainslie et al., 2023)
 # keeps `heads` query heads but computes only `kv_heads` key/value heads; each one serves a **group** of
 # `heads / kv_heads` consecutive query heads. `kv_heads = heads` is multi-head attention; `kv_heads = 1` is
 # multi-query attention (Shazeer, 2019). The cache shrinks by `heads / kv_heads`.
@@ -544,7 +548,7 @@ for bias in (True, False):
     print(f"bias={bias!s:5s}: {count(model):,} parameters")
 
 # %% [markdown]
-# ## Today's block, assembled, and whole models proven
+# ## Today's block, assembled, and whole models checked equal
 #
 # The course's `GPT` builds each part through a small factory that reads the config: `norm="rms"` gives
 # `RMSNorm`, `positional="rope"` a `RotaryEmbedding` inside the attention (and no position vectors added
@@ -570,7 +574,9 @@ for bias in (True, False):
 # `post_attention_layernorm` to `norm1` and `norm2`.
 #
 # Three configs of each, chosen to exercise every option: tied and untied embeddings, a hidden size that is
-# not $4 d_{model}$, both GELUs, key/value heads from all of them down to one, and bases other than 10,000.
+# not $4 d_{model}$, both GELUs, key/value heads from all of them down to one, and bases other than 10,000. The
+# third Llama config also switches biases on (`attention_bias`, `mlp_bias`): Llama itself has none, but
+# `transformers`' Llama code allows them, and `from_hf` must carry them over when they are there.
 
 # %%
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaForCausalLM
@@ -671,16 +677,17 @@ print(f"parameters: course {count(ours_meta):,}, transformers {count(theirs_meta
 # %% [markdown]
 # ### Optional: real pretrained weights (needs the network)
 #
-# Everything above used random weights. Where the network is reachable (on Colab this cell runs by itself;
-# locally, start Jupyter with `HF_HUB_OFFLINE=0` and change this cell's first line to `RUN_PRETRAINED = True`), this cell downloads GPT-2
-# (124M parameters, about 550 MB) and SmolLM2-135M (about 270 MB), converts each with `from_hf`, and lets
-# the course's model continue a sentence. It is skipped offline and when the tests run the chapter.
+# Everything above used random weights. This cell is off unless you switch it on, since nothing else in the
+# course downloads anything while it runs: change its first line to `RUN_PRETRAINED = True` (and, outside Colab,
+# start Jupyter with `HF_HUB_OFFLINE=0`). Switched on, it downloads about 820 MB from the Hugging Face Hub, GPT-2
+# (124M parameters, about 550 MB) and SmolLM2-135M (about 270 MB), converts each with `from_hf`, and lets the
+# course's model continue a sentence. Switched off, or without a network, it prints one line and does nothing.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-RUN_PRETRAINED = ON_COLAB and os.environ.get("HF_HUB_OFFLINE", "0") != "1"
+RUN_PRETRAINED = False  # True downloads about 820 MB from the Hugging Face Hub
 if not RUN_PRETRAINED:
-    print("Skipped: the optional pretrained-weights cell runs on Colab (or with RUN_PRETRAINED = True and a network).")
+    print("Skipped: the optional pretrained-weights cell is off (set RUN_PRETRAINED = True; it needs a network).")
 else:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -742,7 +749,7 @@ else:
 
 # %% mystnb={"image": {"alt": "Ablation picture of two variants: left, the held-out loss of each seed with mean and standard deviation; right, the paired change of today's block with its wide 95% interval, which stays below zero."}}
 from tfm_lesson.data.corpus import load_corpus
-from tfm_lesson.lm import prepare_lm_data
+from tfm_lesson.lm import prepare_lm_data, train_lm
 
 data = prepare_lm_data(load_corpus(), vocab_size=384, tokenizer_chars=50_000)
 todays_block = {key: value for _, change in VARIANTS[1:] for key, value in change.items()}
@@ -762,8 +769,8 @@ plot_ablation(tiny, title="the tiny ablation: 60 steps per run")
 #
 # All seven variants, three seeds each, 300 steps of batches of 32 windows of 64 tokens, for chapter 14's
 # model size (2 blocks, $d_{model} = 64$, 4 heads, $d_{ff} = 256$): 21 runs, too long for this page (they ran
-# on one thread of a busy 2-core CPU; the average time per run is printed below). The results ship with the
-# package as a small table;
+# on one thread of a busy 2-core CPU; the average time per run and the warm-up are printed below). The results
+# ship with the package as a small table;
 # `python -m tfm_lesson.ablation --out my_table.json` reruns every run and writes a new table.
 
 # %% mystnb={"image": {"alt": "Ablation picture of seven cumulative variants: left, held-out loss per seed with mean and standard deviation; right, the paired change from the row above with its 95% interval, clearly below zero for pre-norm and for RoPE, crossing zero for the others."}}
@@ -773,6 +780,8 @@ seconds = sum(run["seconds"] for run in full["runs"])
 print(f"{len(full['runs'])} runs: {settings['steps']} steps each, batch {settings['batch_size']}, peak learning rate "
       f"{settings['lr']:g}, seeds {settings['seeds']}; {settings['machine']}; {seconds / len(full['runs']):.0f} s "
       f"per run on average")
+warmup_steps = round(inspect.signature(train_lm).parameters["warmup"].default * settings["steps"])
+print(f"learning-rate warm-up: {warmup_steps} steps (train_lm's default, the same for every variant)")
 print("the table's unigram baseline is the one printed above (the same held-out tokens):",
       math.isclose(settings["unigram_loss"], baseline, rel_tol=1e-9))
 print(format_summary(summarise(full)))
@@ -783,8 +792,8 @@ plot_ablation(full)
 # interval that crosses the dashed line at 0 is inside the noise.
 #
 # - **Pre-norm** is the largest step: −0.62 nats (95% interval ±0.06). Post-norm is known to need a long
-#   learning-rate warm-up (Xiong et al., 2020); these runs warm up over 15 steps, the same for every
-#   variant, and at this learning rate the post-norm block ends far behind.
+#   learning-rate warm-up (Xiong et al., 2020); these runs warm up over the few steps the cell above prints,
+#   the same for every variant, and at this learning rate the post-norm block ends far behind.
 # - **RoPE** is the second: −0.27 nats (±0.05), with fewer parameters, since the table of learned position
 #   vectors goes. Learned positions must be learned one position at a time; rotations give every head
 #   relative positions from the first step, which matters most in a run this short.
@@ -801,10 +810,11 @@ plot_ablation(full)
 # ## Play with it
 #
 # RoPE gives each pair of features its own speed $\theta_i = b^{-2i/d_k}$. The figure shows the score of a
-# query with a key *equal to it* (both all ones) as the distance $m - n$ grows: fast pairs oscillate,
-# slow ones barely turn, and the sum tends to fall with distance. Raise the base and the slowest pairs turn
-# slower still, which is why long-context models raise `rope_theta`. Outside a live notebook you see the
-# default.
+# query with a key *equal to it* (both all ones) as the distance $m - n$ grows. The curve is the sum over all
+# pairs; you do not see the pairs one by one, but they explain its shape: fast pairs oscillate, slow ones barely
+# turn, and the sum tends to fall with distance. Raise the base (live, with the slider) and the slowest pairs
+# turn slower still, so the score stays high over longer distances, which is why long-context models raise
+# `rope_theta`. Outside a live notebook you see the default base, 10,000.
 
 # %% mystnb={"image": {"alt": "Explorer picture: the RoPE score of two equal vectors against their distance for the chosen rope_theta and d_k, 1 at distance 0, dropping fast and then fluctuating at a lower level over 2,000 positions."}}
 theta_slider = ipw.FloatLogSlider(value=10000, base=10, min=2, max=6.5, description="rope_theta",
@@ -830,7 +840,8 @@ widgets.Explorer("rope_explorer", {"theta": theta_slider, "d_k": d_k_slider}, re
 #
 # Large models run in 16-bit floats. float16 keeps about three decimal digits and nothing above 65,504, and
 # a few features of a trained model's residual stream can reach hundreds or thousands (the "massive
-# activations" of Sun et al., 2024): squared, they pass 65,504 and become `inf`. Section 2's `rms_norm_from_scratch` then divides by `sqrt(inf) = inf` and returns zeros.
+# activations" of Sun et al., 2024): squared, those above about 256 pass 65,504 and become `inf`. Section 2's
+# `rms_norm_from_scratch` then divides by `sqrt(inf) = inf` and returns zeros.
 # Try it first: run it on `torch.full((1, 4), 300.0, dtype=torch.float16)` with a float16 gain of ones.
 #
 # Write `rms_norm_half_safe(x, weight, eps)` for `x` of shape `(..., d_model)` in float16, bfloat16 or float32 and a
@@ -903,7 +914,7 @@ check_rotary(my_rope)
 # configs do that and two things more, and their sizes look odd as a result: Llama 2 7B has $d_{model} = 4096$
 # and `intermediate_size` 11,008. Work out the rule from these facts. The 2017 network's hidden size is
 # $4 d_{model}$; Llama takes $\tfrac23$ of it, rounded down to an integer (its code uses `int()`); Llama 2 70B
-# and the Llama 3 models then multiply by `ffn_dim_multiplier` (1.3; rounded down again); and the result is
+# and Llama 3 8B and 70B then multiply by `ffn_dim_multiplier` (1.3; rounded down again); and the result is
 # rounded to a multiple of `multiple_of` (256 in Llama 1 and in Llama 2 7B and 13B, 1,024 in Llama 3 8B, 4,096
 # in the 70B models), the way that never makes the layer smaller than the budget.
 #

@@ -51,7 +51,7 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="The model scores BLEU in the high 80s on this chapter's test sentences; the paper's base model scores "
+        prompt="The model scores BLEU in the 80s on this chapter's test sentences; the paper's base model scores "
                "38.1 on WMT 2014 English→French. What can you conclude?",
         options=[
             "Our small model translates better than the paper's.",

@@ -77,13 +77,15 @@ QUESTIONS = [
         feedback=[
             "With three d_model x 2048 matrices SwiGLU would have 1.5 times the parameters, and any gain could "
             "come from the extra size rather than from the gate.",
-            "Right: 3 x d_model x (2/3) d_ff = 2 x d_model x d_ff. Llama then rounds up to a multiple of 256.",
+            "Right: 3 x d_model x (2/3) d_ff = 2 x d_model x d_ff. Llama then rounds up to a multiple, multiple_of "
+            "(256 in Llama 1 and 2 7B/13B, larger in later models: exercise 3).",
             "That would triple the parameters of the feed-forward network.",
         ],
     ),
     Question(
         prompt="In the chapter's ablation, one change lowers the mean held-out loss by 0.01 while the paired "
-               "differences over 3 seeds spread by 0.03. What can you conclude?",
+               "differences over 3 seeds (for each seed, the new variant's loss minus the old one's) have a standard "
+               "deviation of 0.03. What can you conclude?",
         options=[
             "The change helps: its mean loss is lower.",
             "Nothing at this scale: the difference is inside the noise; more seeds, longer runs or larger "
@@ -92,10 +94,11 @@ QUESTIONS = [
         ],
         answer=1,
         feedback=[
-            "A mean over 3 seeds moves by more than 0.01 from seed to seed here; a lower mean alone is not evidence.",
+            "The paired differences vary by three times their mean from seed to seed: the 95% interval, 0.01 +/- "
+            "4.3 x 0.03 / sqrt(3) = 0.01 +/- 0.07, contains 0, so a lower mean alone is not evidence.",
             "Right. These changes were adopted because they help at scale (and, for GQA, for memory); a tiny model "
-            "trained for a minute cannot confirm or refute that.",
-            "A spread larger than the difference means we cannot tell the sign, not that the sign is negative.",
+            "trained for a few minutes cannot confirm or refute that.",
+            "An interval that contains 0 means we cannot tell the sign, not that the sign is negative.",
         ],
     ),
 ]
