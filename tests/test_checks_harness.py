@@ -293,7 +293,7 @@ def test_an_alarm_after_the_thread_mechanism_does_not_hang() -> None:
 
 @guard
 def test_a_stale_limit_left_by_an_interrupted_exit_is_cleaned_up() -> None:
-    from tfm_lesson.checks import _harness
+    from tfm_lesson.checks import _time_limit
 
     def leave_a_limit_behind():  # its `with` is never left: as if a kick had cut the exit short
         cm = time_limit(5, mechanism="alarm")
@@ -301,7 +301,7 @@ def test_a_stale_limit_left_by_an_interrupted_exit_is_cleaned_up() -> None:
         return cm
 
     cm = leave_a_limit_behind()
-    stale = _harness._active.limit
+    stale = _time_limit._active.limit
     assert stale is not None and not stale.done
     with time_limit(0.2):  # the stale limit's frame is gone: it is stopped, and this limit works
         time.sleep(0.01)
@@ -333,7 +333,8 @@ def test_the_rendered_traceback_shows_the_message_first_and_only_the_learners_fr
     text = "\n".join(lines)
     assert "x = self.norm1(x + self.self_attn(x, x, x, mask))" in text  # the learner's own line
     assert "in forward" in text and "in test_the_rendered_traceback" in text
-    for inside in ("checks/_harness.py", "checks/layers.py", "torch/nn/modules", "diagnose(", "_run("):
+    for inside in ("checks/_harness.py", "checks/_time_limit.py", "checks/_mistake.py", "checks/layers.py",
+                   "torch/nn/modules", "diagnose(", "_run("):
         assert inside not in text, inside
 
 
@@ -342,7 +343,8 @@ def test_an_endless_loop_is_shown_where_it_loops() -> None:
     with pytest.raises(Mistake) as info:
         call(endless, what="your f", limit=0.3)
     text = ANSI.sub("", "\n".join(info.value._render_traceback_()))
-    assert "in endless" in text and "while True:" in text and "checks/_harness.py" not in text
+    assert "in endless" in text and "while True:" in text
+    assert "checks/_harness.py" not in text and "checks/_time_limit.py" not in text
 
 
 @pytest.mark.slow
@@ -438,12 +440,12 @@ def test_device_placement_draws_no_conclusion_from_what_meta_cannot_do() -> None
 
 @guard
 def test_every_checker_of_chapters_06_to_09_stops_an_endless_loop(monkeypatch) -> None:
-    from tfm_lesson.checks import _harness
+    from tfm_lesson.checks import _time_limit
     from tfm_lesson.checks import (check_feed_forward, check_gelu, check_generator, check_layer_budget,
                                    check_load_encoder_layer, check_parameter_count, check_target_mask,
                                    check_tie_weights)
 
-    monkeypatch.setattr(_harness, "TIME_LIMIT", 0.3)
+    monkeypatch.setattr(_time_limit, "TIME_LIMIT", 0.3)
 
     def loops(*args, **kwargs):
         endless()
