@@ -74,7 +74,9 @@ def test_explorer_static_picture_and_controls():
 
 
 def test_explorer_bad_arguments():
-    with pytest.raises(ValueError, match="layers must be an int in"):
-        depth_explorer(max_layers=6, layers=8)
+    with pytest.raises(ValueError, match="num_layers must be an int in"):
+        depth_explorer(max_layers=6, num_layers=8)
+    with pytest.raises(TypeError, match="now called num_layers="):
+        depth_explorer(max_layers=6, layers=4)
     with pytest.raises(ValueError, match="max_layers must be an int >= 2"):
         depth_explorer(max_layers=1)

@@ -1,5 +1,5 @@
 """One home per fact: the training recipes are written once, in tfm_lesson/recipes.py, and read by the command
-line, the reference runs, the benchmarks and chapters 10, 11 and 12."""
+line, the reference runs, the benchmarks and every chapter."""
 from __future__ import annotations
 
 import re
@@ -17,7 +17,7 @@ from tfm_lesson.recipes import RECIPES, recipe
 
 PAIR = re.compile(r"""["']?\b([a-z_]+)["']?\s*[=:]\s*([0-9][0-9.e+-]*)\b""")
 READERS = sorted(p for p in (ROOT / "tfm_lesson").rglob("*.py") if p.name != "recipes.py") + sorted(
-    (ROOT / "notebooks" / "py").glob("1[012]_*.py")) + [ROOT / "tools" / "bench.py", ROOT / "book" / "try_this.py"]
+    (ROOT / "notebooks" / "py").glob("[0-9][0-9]_*.py")) + [ROOT / "tools" / "bench.py", ROOT / "book" / "try_this.py"]
 
 
 def _number(text: str):

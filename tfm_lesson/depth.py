@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 import torch
 from torch import Tensor, nn
 
+from ._validate import renamed_keywords
 from .encoder import EncoderLayer
 from .norm import LayerNorm
 
@@ -91,16 +92,17 @@ def encoder_stack(num_layers: int, norm_first: bool, d_model: int = 32, heads: i
     return stack
 
 
-def depth_explorer(max_layers: int = 24, layers: int | None = None, d_model: int = 32, heads: int = 4, d_ff: int = 64,
-                   seed: int = 0):
+@renamed_keywords(layers="num_layers")
+def depth_explorer(max_layers: int = 24, num_layers: int | None = None, d_model: int = 32, heads: int = 4,
+                   d_ff: int = 64, seed: int = 0):
     """A depth slider and a placement toggle (post-norm, pre-norm, both): activation std and gradient norm per
     layer of a freshly initialised stack. Outside a live notebook it shows the starting picture
-    (``layers``, default 12, both placements)."""
+    (``num_layers``, default 12, both placements)."""
     if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 2:
         raise ValueError(f"max_layers must be an int >= 2, got {max_layers!r}")
-    layers = min(12, max_layers) if layers is None else layers
-    if isinstance(layers, bool) or not isinstance(layers, int) or not 2 <= layers <= max_layers:
-        raise ValueError(f"layers must be an int in [2, max_layers={max_layers}], got {layers!r}")
+    num_layers = min(12, max_layers) if num_layers is None else num_layers
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 2 <= num_layers <= max_layers:
+        raise ValueError(f"num_layers must be an int in [2, max_layers={max_layers}], got {num_layers!r}")
     import ipywidgets as W
 
     from . import viz
@@ -115,7 +117,7 @@ def depth_explorer(max_layers: int = 24, layers: int | None = None, d_model: int
             cache[(n, norm_first)] = depth_statistics(encoder_stack(n, norm_first, d_model, heads, d_ff, seed), x)
         return cache[(n, norm_first)]
 
-    depth = W.IntSlider(value=layers, min=2, max=max_layers, step=1, description="layers",
+    depth = W.IntSlider(value=num_layers, min=2, max=max_layers, step=1, description="layers",
                         continuous_update=False)
     placement = W.ToggleButtons(options=["post-norm", "pre-norm", "both"], value="both", description="placement")
 

@@ -655,7 +655,7 @@ for name, values in change.items():
 # layers, both placements.
 
 # %% mystnb={"image": {"alt": "Explorer picture for 8 layers: left, the output's standard deviation per layer, growing for pre-norm and fixed at 1 for post-norm; right, each layer's parameter gradient norm on a log scale, post-norm's above pre-norm's and both falling towards the top."}}
-depth_explorer(max_layers=24, layers=8)
+depth_explorer(max_layers=24, num_layers=8)
 
 # %% [markdown]
 # ### Exercise 4 (explore, no checker): how deep before it shows?

@@ -65,6 +65,7 @@ from tfm_lesson.interpret import (AttentionOnly, ablate_head, alignment_error_ra
                                   cross_attention_maps, extract_alignment, head_alignment_error_rates,
                                   induction_scores, monotonic_alignment, patch_head, repeated_half_loss,
                                   repeated_tokens, spearman)
+from tfm_lesson.recipes import RECIPES
 from tfm_lesson.training import make_model, train
 
 torch.set_num_threads(1)  # small models: one thread is fastest, and the runs repeat exactly
@@ -432,19 +433,19 @@ check_alignment_error_rate(aer)
 # %% [markdown]
 # ### The model: chapter 11's translator
 #
-# The same recipe as chapter 11: $d_\text{model} = 128$, 4 heads, 2 + 2 layers, $d_\text{ff} = 256$, dropout
-# 0.1, 500 steps of 64 pairs, warm-up 200 steps to a peak rate of 0.002, label smoothing 0.1 (the validation
-# set is scored once, at the end, instead of at regular steps as in chapter 11).
+# The same recipe as chapter 11, `RECIPES["sentences"]`: $d_\text{model} = 128$, 4 heads, 2 + 2 layers,
+# $d_\text{ff} = 256$, dropout 0.1, 500 steps of 64 pairs, warm-up 200 steps to a peak rate of 0.002, label
+# smoothing 0.1 (the validation set is scored once, at the end, instead of at regular steps as in chapter 11).
 
 # %%
 data = load_task("sentences", seed=0)
 T.seed_everything(0)
-model = make_model(data.src_vocab, data.tgt_vocab, d_model=128, heads=4, num_layers=2, d_ff=256, dropout=0.1)
+recipe = RECIPES["sentences"]  # chapter 11's recipe: the model's size and the training run
+model = make_model(data.src_vocab, data.tgt_vocab, **recipe["model"])
 start = time.perf_counter()
-history = train(model, data, steps=500, batch_size=64, warmup=200, peak_lr=2e-3, eval_every=None, device=device,
-                seed=0, progress=False, threads=1)
+history = train(model, data, **recipe["train"], eval_every=None, device=device, seed=0, progress=False, threads=1)
 model.eval()
-print(f"trained 500 steps in {time.perf_counter() - start:.0f} s on {device.type}; "
+print(f"trained {recipe['train']['steps']} steps in {time.perf_counter() - start:.0f} s on {device.type}; "
       f"last training loss {history['loss'][-1]:.2f}")
 
 # %% [markdown]
