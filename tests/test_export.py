@@ -32,6 +32,17 @@ class MyMultiHeadAttention(T.MultiHeadAttention):  # the package's reference doe
     pass
 """
 LOOP = "while True:\n    pass\n"
+SPLIT_BUGGY = """\
+def split_heads(x, heads):
+    batch, length, d_model = x.shape
+    return x.reshape(batch, heads, length, d_model // heads)  # no transpose
+"""
+PATCH = """\
+import tfm_lesson.checks, tfm_lesson.checks.heads
+tfm_lesson.checks.check_split_heads = lambda fn: None  # the checker patched where it lives
+tfm_lesson.checks.heads.check_split_heads = lambda fn: None
+check_split_heads = lambda fn: None
+"""
 
 
 def _exercises_only() -> nbformat.NotebookNode:
@@ -130,13 +141,21 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
     assert "WRITE IT YOURSELF" in feedback and "derives from tfm_lesson.attention.MultiHeadAttention" in feedback
 
 
+def _otter_cell(nb, *words) -> int:
+    """The index of the first code cell of ``nb`` whose source holds every one of ``words``."""
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and all(w in c.source for w in words))
+
+
 def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
+    """`otter run` on correct, buggy, empty and hostile submissions. Otter's local runner has no time limit of its
+    own: the exported config's plugin (OtterCellTimeLimit) stops the endless loop after --timeout seconds."""
     otter = _tool("otter")
     chapter = _exercises_only()
     path = tmp_path / "ch.ipynb"
     nbformat.write(chapter, path)
     subprocess.run([sys.executable, "-m", "tfm_lesson.course", "export", str(path), "--format", "otter",
-                    "--out", str(tmp_path / "otter"), "--assignment", "ch03"], check=True, cwd=ROOT, env=_env())
+                    "--out", str(tmp_path / "otter"), "--assignment", "ch03", "--timeout", "30"], check=True, cwd=ROOT,
+                   env=_env())
     run = subprocess.run([str(otter), "assign", "ch.ipynb", "dist"], cwd=tmp_path / "otter", env=_env(),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -144,24 +163,50 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
     autograder = next((dist / "autograder").glob("*.zip"))
     solved = nbformat.read(dist / "autograder" / "ch.ipynb", as_version=4)
     student = nbformat.read(dist / "student" / "ch.ipynb", as_version=4)
+    ex1, ex3 = _otter_cell(solved, "def split_heads"), _otter_cell(solved, "class MyMultiHeadAttention")
     buggy = copy.deepcopy(solved)
-    for cell in buggy.cells:
-        if cell.cell_type == "code" and "def masked_softmax" in cell.source and "class MyMultiHeadAttention" in cell.source:
-            cell.source = TAMPER
-    results = {}
-    for name, nb in {"correct": solved, "buggy": buggy, "empty": student}.items():
+    buggy.cells[ex3].source = TAMPER
+    loop = copy.deepcopy(solved)
+    loop.cells[ex1].source = LOOP + loop.cells[ex1].source
+    hostile = copy.deepcopy(solved)  # a bug in exercise 1, a patched checker, and exercise 3's cells deleted
+    hostile.cells[ex1].source = SPLIT_BUGGY
+    for i, cell in enumerate(hostile.cells):
+        if cell.cell_type == "code" and "grader.check(" in cell.source:
+            cell.source = "pass  # the check call, deleted"
+    hostile.cells.insert(ex1 + 1, nbformat.v4.new_code_cell(PATCH))
+    del hostile.cells[ex3 + 1:]
+    subs = {"correct": solved, "buggy": buggy, "empty": student, "loop": loop, "hostile": hostile}
+    results, outputs = {}, {}
+    for name, nb in subs.items():
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    (tmp_path / "notes.ipynb").write_text("these are my notes, not a notebook")
+    for name in [*subs, "notes"]:
         out = tmp_path / f"out-{name}"
         out.mkdir()
         run = subprocess.run([str(otter), "run", "-a", str(autograder), "-o", str(out), str(tmp_path / f"{name}.ipynb")],
                              cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        results[name] = json.loads((out / "results.json").read_text())
-    def score(r):
-        return sum(t.get("score", 0) or 0 for t in r["tests"] if t["name"].startswith("ex"))
-    assert [score(results[n]) for n in ("correct", "buggy", "empty")] == [9, 6, 0]
-    ex3 = next(t for t in results["buggy"]["tests"] if t["name"] == "ex3")
-    assert "WRITE IT YOURSELF" in ex3["output"] and "the checker's message above names the mistake" in ex3["output"]
+        outputs[name] = (run.returncode, run.stdout + run.stderr)
+        if name != "notes":
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            results[name] = {t["name"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
+
+    def scores(name):
+        return [results[name][f"ex{n}"].get("score", 0) or 0 for n in (1, 2, 3)]
+
+    assert [sum(scores(n)) for n in ("correct", "buggy", "empty")] == [9, 6, 0]
+    assert "WRITE IT YOURSELF" in results["buggy"]["ex3"]["output"]
+    assert "the checker's message above names the mistake" in results["buggy"]["ex3"]["output"]
+    # the endless loop costs exercise 1 (and 3, which uses split_heads); exercise 2 still scores
+    assert scores("loop") == [0, 3, 0]
+    # deleted check calls and a patched checker change nothing; the deleted exercise scores 0
+    from tfm_lesson.checks.heads import SPLIT_NO_TRANSPOSE
+
+    assert scores("hostile") == [0, 3, 0]
+    assert SPLIT_NO_TRANSPOSE in results["hostile"]["ex1"]["output"]
+    assert "MyMultiHeadAttention" in results["hostile"]["ex3"]["output"]  # NameError: the class is not there
+    # a file that is not a notebook: `otter run` stops on it with the reason (no results.json); one run per file
+    code, text = outputs["notes"]
+    assert code != 0 and "NotJSONError" in text and not (tmp_path / "out-notes" / "results.json").exists()
 
 
 def test_export_refuses_a_student_copy_with_exit_2(tmp_path):
