@@ -112,9 +112,8 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
     solutions = {ex.number: chapter.cells[ex.solution_index].source for ex in exercises(chapter)}
     course = tmp_path / "course"
     subprocess.run([sys.executable, "-m", "tfm_lesson.course", "export", str(path), "--format", "nbgrader",
-                    "--out", str(course), "--assignment", "ch03"], check=True, cwd=ROOT, env=_env())
-    with open(course / "nbgrader_config.py", "a") as f:
-        f.write("c.Execute.timeout = 30\n")  # the endless loop below is stopped after 30 s
+                    "--out", str(course), "--assignment", "ch03", "--timeout", "30"], check=True, cwd=ROOT, env=_env())
+    assert "c.Execute.timeout = 30" in (course / "nbgrader_config.py").read_text()  # the endless loop: 30 s
     run = subprocess.run([str(nbgrader), "generate_assignment", "ch03", "--create"], cwd=course, env=_env(),
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -125,20 +124,44 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
             "buggy": _fill(release, {**solutions, 3: TAMPER}, is_answer),
             "empty": release,
             "loop": _fill(release, {**solutions, 1: LOOP + solutions[1]}, is_answer)}
+    # hostile: a bug in exercise 1 whose test cell is emptied, an added cell patching the checker, and exercise 3's
+    # answer and test cells deleted
+    hostile = _fill(release, {**solutions, 1: SPLIT_BUGGY}, is_answer)
+    is_test = lambda c: c.metadata.get("nbgrader", {}).get("grade")  # noqa: E731
+    tests = [i for i, c in enumerate(hostile.cells) if is_test(c)]
+    hostile.cells[tests[0]].source = "pass  # no check here"
+    hostile.cells.insert(tests[0], nbformat.v4.new_code_cell(PATCH))
+    answers = [i for i, c in enumerate(hostile.cells) if is_answer(c)]
+    del hostile.cells[answers[2]:tests[2] + 2]
+    subs["hostile"] = hostile
     for student, nb in subs.items():
         (course / "submitted" / student / "ch03").mkdir(parents=True)
         nbformat.write(nb, course / "submitted" / student / "ch03" / "ch.ipynb")
+    (course / "submitted" / "notes" / "ch03").mkdir(parents=True)
+    (course / "submitted" / "notes" / "ch03" / "ch.ipynb").write_text("these are my notes, not a notebook")
     run = subprocess.run([str(nbgrader), "autograde", "ch03", "--create"], cwd=course, env=_env(),
                          capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    log = run.stdout + run.stderr
+    # nbgrader grades every other submission and reports the file that is not a notebook (exit 1 for it)
+    assert run.returncode == 1 and "notes" in log and "NotJSONError" in log, log[-3000:]
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         scores = {s: gb.find_submission("ch03", s).score for s in subs}
-    assert scores == {"correct": 9, "buggy": 6, "empty": 0, "loop": 3}  # the loop: exercise 1, and 3 that uses it
+        hostile_grades = {g.name: (g.auto_score, g.needs_manual_grade)
+                          for g in gb.find_submission_notebook("ch", "ch03", "hostile").grades}
+    # the loop: exercise 1, and 3 that uses it; hostile: its emptied test cell is nbgrader's again and the patched
+    # checker is imported afresh (exercise 1: 0), and its deleted test cell waits for the instructor
+    assert scores == {"correct": 9, "buggy": 6, "empty": 0, "loop": 3, "hostile": 3}
+    assert hostile_grades == {"ex1-check": (0, False), "ex2-check": (3, False), "ex3-check": (None, True)}
     graded = nbformat.read(course / "autograded" / "buggy" / "ch03" / "ch.ipynb", as_version=4)
     feedback = json.dumps([c.outputs for c in graded.cells if c.cell_type == "code"])
     assert "WRITE IT YOURSELF" in feedback and "derives from tfm_lesson.attention.MultiHeadAttention" in feedback
+    from tfm_lesson.checks.heads import SPLIT_NO_TRANSPOSE
+
+    graded = nbformat.read(course / "autograded" / "hostile" / "ch03" / "ch.ipynb", as_version=4)
+    assert SPLIT_NO_TRANSPOSE in json.dumps([c.outputs for c in graded.cells if c.cell_type == "code"])
+    assert not (course / "autograded" / "notes").exists()
 
 
 def _otter_cell(nb, *words) -> int:

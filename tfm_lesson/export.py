@@ -203,8 +203,10 @@ c = get_config()  # noqa: F821 (nbgrader defines it)
 c.CourseDirectory.course_id = "tfm_lesson"
 c.CourseDirectory.root = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
 c.Execute.timeout = {timeout}  # seconds per cell; nbgrader interrupts a cell past it and goes on
-# A grade cell the student deleted is put back, so its test runs (and the missing answer scores 0).
-c.OverwriteCells.add_missing_cells = True
+# A grade cell the student deleted is not put back: its grade waits for the instructor ("needs manual grade", 0
+# until then). nbgrader 0.9.6's add_missing_cells = True stops with a KeyError on a submission whose answer cell is
+# gone too, and that submission is not graded at all.
+c.OverwriteCells.add_missing_cells = False
 # What the student version has where a solution was (the locked cell above it shows the names to define).
 c.ClearSolutions.code_stub = {{"python": "# Your turn: write the exercise here (the cell above shows its names).\\n"
                                         "raise NotImplementedError()"}}
