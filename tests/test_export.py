@@ -1,7 +1,8 @@
 """Export to nbgrader and Otter-Grader (tfm_lesson/export.py), run through the real tools: `nbgrader
 generate_assignment` + `nbgrader autograde`, and `otter assign` + `otter run` (Otter's runner without Docker), on a
-correct, a buggy (the package's module subclassed, the checker's name rebound: named "WRITE IT YOURSELF"), an empty
-and (nbgrader) an endless-loop submission. The chapter is 03's exercises with the definitions before them (the
+correct, a buggy (the package's module subclassed, the checker's name rebound: named "WRITE IT YOURSELF"), an empty,
+an endless-loop and a hostile submission (a bug, a tampered or patched checker, an exercise's cells deleted, cells
+added) and a file that is not a notebook. The chapter is 03's exercises with the definitions before them (the
 chapter's plots and widgets left out, to keep CI short)."""
 from __future__ import annotations
 
@@ -230,6 +231,27 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
     # a file that is not a notebook: `otter run` stops on it with the reason (no results.json); one run per file
     code, text = outputs["notes"]
     assert code != 0 and "NotJSONError" in text and not (tmp_path / "out-notes" / "results.json").exists()
+
+
+def test_otter_time_limit_plugin_stops_a_cell_and_goes_on():
+    """The plugin's cells in an ordinary kernel: a loop stops after the limit with the reason, the next cell runs,
+    and after the last (Otter's own test cell goes there) nothing is limited."""
+    from nbclient import NotebookClient
+
+    from tfm_lesson.export import OtterCellTimeLimit
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LOOP), nbformat.v4.new_code_cell("x = 1")])
+    assert OtterCellTimeLimit("", {}, {}).seconds == 600  # the default
+    assert OtterCellTimeLimit("", {}, {"seconds": 2}).before_execution("print(1)") == "print(1)"  # a .py: as it is
+    with pytest.raises(ValueError, match="seconds must be > 0"):
+        OtterCellTimeLimit("", {}, {"seconds": 0})
+    armed = OtterCellTimeLimit("", {}, {"seconds": 2}).before_execution(nb)
+    assert len(nb.cells) == 2 and len(armed.cells) == 4  # the submission itself is left as it was
+    armed.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(3)\nprint('after', x)"))
+    NotebookClient(armed, timeout=60, allow_errors=True, kernel_name="python3").execute()
+    loop, after = armed.cells[1], armed.cells[-1]
+    assert loop.outputs[0]["ename"] == "TimeoutError" and "past the grader's 2 s limit" in loop.outputs[0]["evalue"]
+    assert [o.get("text") for o in after.outputs] == ["after 1\n"]
 
 
 def test_export_refuses_a_student_copy_with_exit_2(tmp_path):

@@ -14,6 +14,9 @@ answer cell changes nothing) and raises the checker's message, which names the m
 * Otter-Grader: ``OUT/<chapter>.ipynb`` in Otter's v1 format (an assignment config cell, ``# BEGIN QUESTION`` with
   its name and points, ``# BEGIN SOLUTION``, ``# BEGIN TESTS`` with exception-based tests carrying a
   ``failure_message``). Then ``otter assign``, and ``otter run`` (no Docker) or ``otter grade`` (Docker).
+
+``--timeout S`` (default 600) is the time a cell of a submission may run when the tool grades it: nbgrader's
+``c.Execute.timeout``; for Otter, whose local runner has no limit, the config names :class:`OtterCellTimeLimit`.
 """
 from __future__ import annotations
 
