@@ -262,4 +262,9 @@ def test_export_refuses_a_student_copy_with_exit_2(tmp_path):
                           "otter", "--out", str(tmp_path / "o")], cwd=ROOT, env=_env(), capture_output=True, text=True)
     assert run.returncode == 2 and "student copy" in run.stderr
     assert not (tmp_path / "o").exists()
+    run = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "export", str(CHAPTER), "--format", "otter",
+                          "--out", str(tmp_path / "o"), "--timeout", "0"], cwd=ROOT, env=_env(), capture_output=True,
+                         text=True)
+    assert run.returncode == 2 and "--timeout must be > 0" in run.stderr
+    assert not (tmp_path / "o").exists()
     shutil.rmtree(tmp_path, ignore_errors=True)
