@@ -194,7 +194,7 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
     loop.cells[ex1].source = LOOP + loop.cells[ex1].source
     hostile = copy.deepcopy(solved)  # a bug in exercise 1, a patched checker, and exercise 3's cells deleted
     hostile.cells[ex1].source = SPLIT_BUGGY
-    for i, cell in enumerate(hostile.cells):
+    for cell in hostile.cells:
         if cell.cell_type == "code" and "grader.check(" in cell.source:
             cell.source = "pass  # the check call, deleted"
     hostile.cells.insert(ex1 + 1, nbformat.v4.new_code_cell(PATCH))
@@ -207,8 +207,9 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
     for name in [*subs, "notes"]:
         out = tmp_path / f"out-{name}"
         out.mkdir()
-        run = subprocess.run([str(otter), "run", "-a", str(autograder), "-o", str(out), str(tmp_path / f"{name}.ipynb")],
-                             cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+        run = subprocess.run([str(otter), "run", "-a", str(autograder), "-o", str(out),
+                              str(tmp_path / f"{name}.ipynb")], cwd=tmp_path, env=_env(), capture_output=True,
+                             text=True, timeout=600)
         outputs[name] = (run.returncode, run.stdout + run.stderr)
         if name != "notes":
             assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
