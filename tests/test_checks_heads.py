@@ -243,17 +243,19 @@ def test_checker_leaves_global_rng_alone():
 
 
 def test_multi_head_attention_runs_once_more_on_the_chapters_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU machine the checker runs the learner's module there too; the meta device stands in for it here."""
+    """On a GPU machine the checker runs the learner's module there too; the meta device stands in for it here. A
+    hand-written module that builds part of its mask on the CPU passes on the CPU and fails only there."""
     from tfm_lesson.checks import _harness
 
+    class CpuMask(LearnerMHA):  # fine on the CPU, a crash next to a model on the GPU
+        def apply_mask(self, scores, mask):
+            keep = torch.ones(scores.shape[-2:], dtype=torch.bool) & mask  # (q_len, k_len) built on the CPU
+            return super().apply_mask(scores, keep)
+
+    monkeypatch.setattr(_harness, "_chapter_device", lambda: torch.device("cpu"))
+    check_multi_head_attention(CpuMask)  # no other device: the same numbers as the reference
+
     monkeypatch.setattr(_harness, "_chapter_device", lambda: torch.device("meta"))
-
-    class CpuMask(tfm_lesson.MultiHeadAttention):  # rebuilds the mask on the CPU: fine there, a crash on a GPU
-        def forward(self, query, key, value, mask=None):
-            if mask is not None:
-                mask = torch.ones(mask.shape, dtype=torch.bool) & mask.cpu()
-            return super().forward(query, key, value, mask)
-
-    check_multi_head_attention(tfm_lesson.MultiHeadAttention)
-    with pytest.raises(Mistake):
+    check_multi_head_attention(LearnerMHA)
+    with pytest.raises(Mistake, match=r"your module on meta raised .*mixes tensors on two devices"):
         check_multi_head_attention(CpuMask)

@@ -178,3 +178,32 @@ def test_exercises_of_the_chapters_with_rules():
         exs = exercises(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4))
         assert len(exs) == count
         assert all(hasattr(checks, e.checker) and 1 <= e.points <= 3 for e in exs)
+
+
+def _has_exercises(path: Path) -> bool:
+    from tfm_lesson.cells import is_solution
+
+    return any(is_solution(c) for c in nbformat.read(path, as_version=4).cells)
+
+
+def test_every_chapter_scores_full_marks_with_its_own_solutions(tmp_path):
+    """Each chapter with exercises, graded with the instructor's chapter itself as the submission: every exercise
+    passes. The grader runs the exercise cells among the chapter's definitions only (no training runs, no plots);
+    an exercise that needed something else of its chapter would fail here with the checker's or a NameError's
+    message. Two chapters at a time, as `--jobs 2` does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = [p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) if _has_exercises(p)]
+    assert len(paths) >= 15  # nearly every chapter ends with exercises
+    grading._kernel_spec(tmp_path, grading.DEFAULT_MEMORY_MB, 120)
+
+    def one(path: Path) -> grading.Graded:
+        chapter = nbformat.read(path, as_version=4)
+        return grading.grade_one(chapter, exercises(chapter), path, tmp_path, 120, grading.DEFAULT_MEMORY_MB)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        graded = list(pool.map(one, paths))
+    failed = {f"{Path(g.submission).stem}, {r.exercise.title}": r.message for g in graded for r in g.results
+              if not r.passed}
+    assert failed == {}
+    assert all(len(g.results) >= 3 for g in graded)

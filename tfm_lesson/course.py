@@ -540,6 +540,8 @@ def class_main(argv: list[str]) -> int:
     ex.add_argument("--format", choices=("nbgrader", "otter"), required=True)
     ex.add_argument("--out", type=Path, required=True, help="the nbgrader course folder, or the otter folder")
     ex.add_argument("--assignment", help="the assignment's name (default: the chapter's file name)")
+    ex.add_argument("--timeout", type=int, default=600,
+                    help="seconds a cell may run when the tool grades (default %(default)s)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -548,7 +550,7 @@ def class_main(argv: list[str]) -> int:
         if args.command == "grade":
             grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs)
         else:
-            export(args.chapter, args.format, args.out, args.assignment)
+            export(args.chapter, args.format, args.out, args.assignment, args.timeout)
     except CourseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

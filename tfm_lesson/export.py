@@ -14,6 +14,9 @@ answer cell changes nothing) and raises the checker's message, which names the m
 * Otter-Grader: ``OUT/<chapter>.ipynb`` in Otter's v1 format (an assignment config cell, ``# BEGIN QUESTION`` with
   its name and points, ``# BEGIN SOLUTION``, ``# BEGIN TESTS`` with exception-based tests carrying a
   ``failure_message``). Then ``otter assign``, and ``otter run`` (no Docker) or ``otter grade`` (Docker).
+
+``--timeout S`` (default 600) is the time a cell of a submission may run when the tool grades it: nbgrader's
+``c.Execute.timeout``; for Otter, whose local runner has no limit, the config names :class:`OtterCellTimeLimit`.
 """
 from __future__ import annotations
 
@@ -27,9 +30,10 @@ from ._io import atomic_open
 from .cells import CourseError, write_notebook
 from .grading import Exercise, exercises
 
-__all__ = ["export", "nbgrader_notebook", "otter_notebook"]
+__all__ = ["OtterCellTimeLimit", "export", "nbgrader_notebook", "otter_notebook"]
 
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema
+CELL_TIME_LIMIT = 600  # seconds per cell, by default, in both tools (a chapter's training cell takes minutes on a CPU)
 
 
 def _fresh_check(ex: Exercise, indent: str = "") -> str:
@@ -105,8 +109,57 @@ def _yaml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a YAML string
 
 
-def otter_notebook(chapter: Any, name: str) -> Any:
-    """The chapter in Otter-Grader's v1 notebook format."""
+_ARM = """\
+import signal as _tfm_signal
+
+
+def _tfm_over_time(signum, frame):
+    raise TimeoutError("this cell ran past the grader's {seconds} s limit (an endless loop?): it was stopped, and "
+                       "grading went on with the next cell")
+
+
+def _tfm_arm(*_):
+    _tfm_signal.signal(_tfm_signal.SIGALRM, _tfm_over_time)
+    _tfm_signal.setitimer(_tfm_signal.ITIMER_REAL, {seconds})
+
+
+def _tfm_disarm(*_):
+    _tfm_signal.setitimer(_tfm_signal.ITIMER_REAL, 0)
+
+
+get_ipython().events.register("pre_run_cell", _tfm_arm)
+get_ipython().events.register("post_run_cell", _tfm_disarm)
+"""
+_DISARM = """\
+get_ipython().events.unregister("pre_run_cell", _tfm_arm)
+get_ipython().events.unregister("post_run_cell", _tfm_disarm)
+_tfm_disarm()
+"""
+
+
+class OtterCellTimeLimit:
+    """An Otter-Grader plugin (the exported assignment config names it): every cell of a submission runs under a time
+    limit, so an endless loop costs its question and grading goes on. Otter's local runner (``otter run``) has no
+    time limit of its own and would wait forever; ``otter grade --timeout`` kills the whole container (every question
+    0). Before execution, a first cell arms a SIGALRM timer before each cell (IPython's ``pre_run_cell`` event) and a
+    last cell, before Otter's own cell that runs the tests, takes it off. Configured with ``{"seconds": N}``."""
+
+    def __init__(self, submission_path: str, submission_metadata: dict, plugin_config: dict | None):
+        self.seconds = int((plugin_config or {}).get("seconds", CELL_TIME_LIMIT))
+        if self.seconds <= 0:
+            raise ValueError(f"OtterCellTimeLimit: seconds must be > 0, got {self.seconds}")
+
+    def before_execution(self, submission: Any) -> Any:
+        if isinstance(submission, str):  # a .py submission runs as one cell: nothing to limit cell by cell
+            return submission
+        out = copy.deepcopy(submission)
+        out["cells"] = [_code(_ARM.format(seconds=self.seconds)), *out["cells"], _code(_DISARM)]
+        return out
+
+
+def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> Any:
+    """The chapter in Otter-Grader's v1 notebook format; each cell of a submission runs under ``timeout`` seconds
+    (:class:`OtterCellTimeLimit`)."""
     exs = exercises(chapter)
     cells_in = chapter["cells"]
     starts: dict[int, Exercise] = {}
@@ -116,7 +169,8 @@ def otter_notebook(chapter: Any, name: str) -> Any:
     skip = {ex.answer_index for ex in exs if ex.answer_index is not None}
     config = "\n".join(["# ASSIGNMENT CONFIG", f"name: {_yaml(name)}", "init_cell: true", "check_all_cell: false",
                         "export_cell: false", "run_tests: false", "tests:", "    ok_format: false",
-                        "    files: true"])
+                        "    files: true", "plugins:", f"    - {OtterCellTimeLimit.__module__}.OtterCellTimeLimit:",
+                        f"        seconds: {int(timeout)}"])
     cells = [_raw(config)]
     by_solution = {ex.solution_index: ex for ex in exs}
     by_check = {ex.check_index: ex for ex in exs}
@@ -151,15 +205,21 @@ NBGRADER_CONFIG = """\
 c = get_config()  # noqa: F821 (nbgrader defines it)
 c.CourseDirectory.course_id = "tfm_lesson"
 c.CourseDirectory.root = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
-c.Execute.timeout = 600  # seconds per cell
+c.Execute.timeout = {timeout}  # seconds per cell; nbgrader interrupts a cell past it and goes on
+# A grade cell the student deleted is not put back: its grade waits for the instructor ("needs manual grade", 0
+# until then). nbgrader 0.9.6's add_missing_cells = True stops with a KeyError on a submission whose answer cell is
+# gone too, and that submission is not graded at all.
+c.OverwriteCells.add_missing_cells = False
 # What the student version has where a solution was (the locked cell above it shows the names to define).
-c.ClearSolutions.code_stub = {"python": "# Your turn: write the exercise here (the cell above shows its names).\\n"
-                                        "raise NotImplementedError()"}
+c.ClearSolutions.code_stub = {{"python": "# Your turn: write the exercise here (the cell above shows its names).\\n"
+                                        "raise NotImplementedError()"}}
 """
 
 
-def export(chapter_path: Path, fmt: str, out: Path, assignment: str | None = None) -> Path:
-    """Write the chapter as an nbgrader course folder or an Otter-Grader notebook; returns the notebook written."""
+def export(chapter_path: Path, fmt: str, out: Path, assignment: str | None = None,
+           timeout: int = CELL_TIME_LIMIT) -> Path:
+    """Write the chapter as an nbgrader course folder or an Otter-Grader notebook, each cell of a submission limited
+    to ``timeout`` seconds when graded; returns the notebook written."""
     import nbformat
 
     try:
@@ -169,6 +229,8 @@ def export(chapter_path: Path, fmt: str, out: Path, assignment: str | None = Non
     name = assignment or Path(chapter_path).stem
     if not name.replace("_", "").replace("-", "").isalnum():
         raise CourseError(f"--assignment {name!r}: use letters, digits, '_' and '-' only")
+    if timeout <= 0:
+        raise CourseError(f"--timeout must be > 0 seconds, got {timeout}")
     if fmt == "nbgrader":
         target = Path(out) / "source" / name / Path(chapter_path).name
         nb = nbgrader_notebook(chapter)
@@ -176,10 +238,10 @@ def export(chapter_path: Path, fmt: str, out: Path, assignment: str | None = Non
         config = Path(out) / "nbgrader_config.py"
         if not config.exists():
             with atomic_open(config, "w") as f:
-                f.write(NBGRADER_CONFIG)
+                f.write(NBGRADER_CONFIG.format(timeout=int(timeout)))
     elif fmt == "otter":
         target = Path(out) / Path(chapter_path).name
-        nb = otter_notebook(chapter, name)
+        nb = otter_notebook(chapter, name, timeout)
         target.parent.mkdir(parents=True, exist_ok=True)
     else:
         raise CourseError(f"--format must be nbgrader or otter, got {fmt!r}")
