@@ -113,8 +113,9 @@ for src, tgt in data.train[:3]:
 # gradients are those of the cross-entropy, but the reported loss is lower by $H(q)$. Losses in this course are
 # computed with natural logarithms, so they are measured in **nats** (divide by $\ln 2$ for bits). The cell
 # below prints $H(q)$ with $\epsilon = 0.1$ over this chapter's 24 target tokens, for the target $q$ above and
-# for the variant's (a little more, since it spreads $\epsilon$ over fewer tokens): the size of the floor that
-# the smoothed cross-entropy cannot go below, met again later.
+# for the variant's (a little more: the paper's $q$ gives $\epsilon / V$ back to the right token, while the
+# variant puts all of $\epsilon$ on the other tokens): the size of the floor that the smoothed cross-entropy
+# cannot go below, met again later.
 
 # %%
 # NBVAL_CHECK_OUTPUT

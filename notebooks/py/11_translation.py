@@ -288,7 +288,7 @@ for hyp in (["le chat noir dort .", "les enfants ne mangent pas ."],
 # (compare the greedy and beam 4 rows of that table), for the reason given above.
 #
 # The last validation line of the training log (greedy, the first 200 validation sentences) and the greedy
-# test row (the first 500 test sentences) differ by more than one sentence in a hundred. The cell below
+# test row (the first 500 test sentences) differ by far more than one sentence in a hundred. The cell below
 # scores the same model, with the same greedy decoder, on both sets and on the first 200 test sentences, and
 # prints what could differ between the sets: sentence lengths, questions, negations, and words outside the
 # vocabularies built from the training text.

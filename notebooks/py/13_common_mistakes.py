@@ -715,8 +715,8 @@ print(hint_of(lambda: check_encoder_layer(PostNormProsePreNormCode)))
 # The mistakes above come from five classic from-scratch implementations of the paper, of the kind found in
 # tutorials: a Colab notebook, two blog-style walk-throughs, an annotated notebook and a textbook chapter that
 # builds a translator line by line. Many such tutorials descend from The Annotated Transformer (Rush, 2018),
-# and several of the patterns here are its own: its `LayerNorm` is mistake 11 exactly (eps added to the
-# standard deviation, and an unbiased one at that), label smoothing is computed with `nn.KLDivLoss`
+# and several of the patterns here are its own: its `LayerNorm` makes mistake 11 (eps added to the
+# standard deviation) and uses the unbiased standard deviation besides, label smoothing is computed with `nn.KLDivLoss`
 # (chapter 10), and the generator ends in a log-softmax (chapter 09). Its sub-layer connection normalises
 # *first* while the text quotes post-norm (chapter 05), but that is a choice it states openly in a comment, not
 # a silent mismatch. They were not only bugs. They made design choices that differ from the paper's

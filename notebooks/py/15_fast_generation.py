@@ -340,7 +340,8 @@ plt.show()
 # disturbance that lasts many steps. If your figure shows a plateau or a cliff that the trend does not
 # explain, run the cell again when the machine is quiet.
 #
-# At the very first token both paths do the same work (the whole prompt), which is why they start together.
+# At the very first token both paths do the same work (the whole prompt). The figure's first point is a running
+# median over the first steps, not the first token alone, so the two lines already start apart.
 #
 # ### The cache's memory, checked against the tensors
 #

@@ -730,7 +730,9 @@ else:
 # One departure from the paper: the 2017 block here uses *learned* position vectors, not sinusoids. Like
 # GPT-2, the course's `GPT` does not multiply its embeddings by $\sqrt{d_{model}}$, so its token vectors start
 # with a standard deviation of 0.02, and sinusoids of amplitude 1 added to them would drown the tokens at the
-# start of training. The paper found learned positions as good as sinusoids (its table 3, row E).
+# start of training. The paper found learned positions as good as sinusoids (its table 3, row E). And like the
+# course's Transformer of chapters 03–09 (and `nn.MultiheadAttention`), the 2017 block keeps biases in the
+# attention projections, which the paper's equations do not have; "no biases" below removes those too.
 #
 # ### A tiny ablation, run here
 #

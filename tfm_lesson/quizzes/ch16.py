@@ -78,7 +78,7 @@ QUESTIONS = [
             "With three d_model x 2048 matrices SwiGLU would have 1.5 times the parameters, and any gain could "
             "come from the extra size rather than from the gate.",
             "Right: 3 x d_model x (2/3) d_ff = 2 x d_model x d_ff. Llama then rounds up to a multiple, multiple_of "
-            "(256 in Llama 1 and 2 7B/13B, larger in later models: exercise 3).",
+            "(256 in Llama 1 and Llama 2 7B/13B, larger in Llama 2 70B and Llama 3: exercise 3).",
             "That would triple the parameters of the feed-forward network.",
         ],
     ),
