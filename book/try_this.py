@@ -22,9 +22,9 @@ import torch
 
 import tfm_lesson as T
 from tfm_lesson.data import load_task
-from tfm_lesson.decoding import encode_texts, translate
-from tfm_lesson.recipes import RECIPES
-from tfm_lesson.training import evaluate, make_model, train
+from tfm_lesson.generate.decoding import encode_texts, translate
+from tfm_lesson.train.recipes import RECIPES
+from tfm_lesson.train.loop import evaluate, make_model, train
 
 
 def report(chapter: str, prompt, **figures) -> None:
@@ -80,8 +80,8 @@ def chapter_10_leak() -> None:
     import torch.nn.functional as F
 
     from tfm_lesson.data import batches
-    from tfm_lesson.reference import compare_to_reference
-    from tfm_lesson.training import noam_rate
+    from tfm_lesson.train.reference import compare_to_reference
+    from tfm_lesson.train.loop import noam_rate
 
     data = load_task("reverse", seed=0)
     model = toy_model(data)
@@ -318,7 +318,7 @@ def chapter_14_longer() -> None:
     """Prompt 1 ("1,000 steps instead of 250"): the chapter's run, then four times as many steps."""
     from tfm_lesson.data.corpus import load_corpus
     from tfm_lesson.gpt import GPT, GPTConfig
-    from tfm_lesson.lm import complete, perplexity, prepare_lm_data, train_lm
+    from tfm_lesson.train.lm import complete, perplexity, prepare_lm_data, train_lm
 
     data = prepare_lm_data(load_corpus(), vocab_size=512, tokenizer_chars=300_000)
     results = {}
@@ -337,7 +337,7 @@ def chapter_14_longer() -> None:
 def chapter_14_vocab() -> None:
     """Prompt 3: vocabulary 300 or 2,000 instead of 512: tokens per character, and the embedding table."""
     from tfm_lesson.data.corpus import load_corpus
-    from tfm_lesson.lm import prepare_lm_data
+    from tfm_lesson.train.lm import prepare_lm_data
 
     corpus = load_corpus()
     sizes = {}

@@ -15,7 +15,7 @@ import torch
 from tfm_lesson import widgets
 from tfm_lesson.data.corpus import load_corpus
 from tfm_lesson.gpt import GPT
-from tfm_lesson.lm import prepare_lm_data, train_lm
+from tfm_lesson.train.lm import prepare_lm_data, train_lm
 data = prepare_lm_data(load_corpus(max_chars=60_000), vocab_size=300)
 torch.manual_seed(0)
 model = GPT(vocab_size=data.vocab_size, max_len=64, d_model=32, heads=4, d_ff=64, num_layers=1)

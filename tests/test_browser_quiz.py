@@ -10,7 +10,7 @@ from browser import browser_missing, cell_errors, chromium_page, jupyter_lab, op
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")]
 
 QUIZ = """\
-from tfm_lesson.quiz import Question, show
+from tfm_lesson.course.quiz import Question, show
 show([Question(prompt="Attention divides the scores by the square root of which size?",
                options=["d_model, the width of the whole model", "d_k, the size of one head's keys"],
                answer=1,

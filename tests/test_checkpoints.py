@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tfm_lesson.data import load_task
-from tfm_lesson.training import (load_checkpoint, make_model, read_checkpoint, save_checkpoint,
+from tfm_lesson.train.loop import (load_checkpoint, make_model, read_checkpoint, save_checkpoint,
                                  update_checkpoint_extra)
 
 
@@ -224,7 +224,7 @@ def test_in_memory_round_trip_matches_file(tmp_path, model, data):
 def test_a_checkpoint_saved_before_the_rename_loads(tmp_path, model, data):
     """The config once said src_vocab/tgt_vocab for the vocabulary sizes (and a GPT's config context, a run's
     settings layers and context): those are read as today's names, so an older file still loads and resumes."""
-    from tfm_lesson.checkpoint import with_new_names
+    from tfm_lesson.train.checkpoint import with_new_names
 
     old = {"config": {"src_vocab": 10, "tgt_vocab": 12, "max_len": 512},
            "extra": {"run": {"layers": 2, "context": 64, "d_model": 16}, "steps": 3},

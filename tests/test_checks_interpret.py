@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tfm_lesson.checks import Mistake, check_alignment_error_rate, check_induction_score, check_patch_position
-from tfm_lesson.interpret import alignment_error_rate, prefix_matching_scores
+from tfm_lesson.look.interpret import alignment_error_rate, prefix_matching_scores
 
 
 # AER ------------------------------------------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def smoothing_by_pytorch(logits, target, smoothing, pad_id):
 
 
 def smoothing_by_the_package(logits, target, smoothing, pad_id):
-    from tfm_lesson.training import LabelSmoothingLoss
+    from tfm_lesson.train.loop import LabelSmoothingLoss
     return LabelSmoothingLoss(smoothing, pad_id)(logits, target)
 
 

@@ -10,8 +10,8 @@ from torch import nn
 
 from tfm_lesson.checks import (Mistake, check_greedy_decode, check_label_smoothing_loss, check_noam_rate,
                                check_shift_targets, check_train_step)
-from tfm_lesson.decoding import greedy_decode
-from tfm_lesson.training import noam_rate
+from tfm_lesson.generate.decoding import greedy_decode
+from tfm_lesson.train.loop import noam_rate
 from conftest import passes as _passes, raises_mistake as _raises  # noqa: E402
 
 
@@ -203,14 +203,14 @@ def test_greedy_argmax_over_positions_is_named() -> None:
     _raises(check_greedy_decode, over_positions, "")
 
 
-# --- the chapter's loop, built from the pieces, equals tfm_lesson.training.train -----------------------------------
+# --- the chapter's loop, built from the pieces, equals tfm_lesson.train.loop.train -----------------------------------
 def test_loop_from_the_pieces_gives_trains_losses():
     import copy
     import dataclasses
 
     from tfm_lesson.data import batches, load_task
     from tfm_lesson.device import seed_everything
-    from tfm_lesson.training import cpu_threads, make_model, train
+    from tfm_lesson.train.loop import cpu_threads, make_model, train
 
     def label_smoothing_loss(logits, target, smoothing, pad_id):  # the chapter's solution
         log_p = logits.float().log_softmax(dim=-1)

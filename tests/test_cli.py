@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import tfm_lesson
-from tfm_lesson.train import main as train_main
-from tfm_lesson.training import load_checkpoint
-from tfm_lesson.translate import main as translate_main
+from tfm_lesson.train.cli import main as train_main
+from tfm_lesson.train.loop import load_checkpoint
+from tfm_lesson.generate.translate import main as translate_main
 
 TINY = ["--d-model", "32", "--heads", "2", "--num-layers", "1", "--d-ff", "64", "--batch-size", "16",
         "--eval-limit", "10", "--test-limit", "20", "--threads", "1", "--no-progress"]
@@ -47,7 +47,7 @@ def test_train_copy_then_translate(tmp_path):
     assert (out / "model.pt").is_file()
     model, src_vocab, tgt_vocab, extra = load_checkpoint(out / "model.pt", device="cpu")
     assert extra["steps"] == 8 and len(src_vocab) == model.config.src_vocab_size
-    tr = _run(["-m", "tfm_lesson.translate", str(out / "model.pt"), "1 2 3", "4 5 6 7", "--beam", "2"], tmp_path)
+    tr = _run(["-m", "tfm_lesson.generate.translate", str(out / "model.pt"), "1 2 3", "4 5 6 7", "--beam", "2"], tmp_path)
     assert len(tr.stdout.splitlines()) == 2  # one line per sentence (an untrained model may print empty ones)
 
 
@@ -87,7 +87,7 @@ def test_bad_arguments(tmp_path, capsys):
 @pytest.fixture
 def no_training(monkeypatch):
     """Fail the test if training starts: every check must come before it."""
-    import tfm_lesson.training as training
+    import tfm_lesson.train.loop as training
 
     def refuse(*args, **kwargs):
         raise AssertionError("training started although the command line was wrong")
@@ -200,7 +200,7 @@ def test_over_long_tsv_pairs_are_dropped_at_load(tmp_path, capsys):
 
 
 def test_recipes_are_the_defaults_and_flags_override(tmp_path):
-    from tfm_lesson.train import RECIPES, build_parser, resolve
+    from tfm_lesson.train.cli import RECIPES, build_parser, resolve
 
     parser = build_parser()
     run = resolve(parser.parse_args(["--task", "reverse"]), parser)

@@ -13,7 +13,7 @@ import pytest
 
 import tfm_lesson
 from conftest import call_main
-from tfm_lesson import ablation, reference, train
+from tfm_lesson.train import ablation, cli as train, reference
 from tfm_lesson._io import inside_package
 
 PACKAGE = Path(tfm_lesson.__file__).resolve().parent
@@ -21,11 +21,12 @@ PACKAGE = Path(tfm_lesson.__file__).resolve().parent
 # Every module with a command line (def main) and the paths it writes when no path is given (None: it
 # writes nothing, or only where it is told).
 DEFAULT_OUTPUTS = {
-    "train": lambda: [train.DEFAULT_OUT, train.LM_OUT],
-    "ablation": lambda: [ablation.DEFAULT_OUT],
-    "reference": lambda: [reference.default_out(task) for task in reference.RECIPES],
-    "course": lambda: [], "quiz": lambda: [], "translate": lambda: [], "generate": lambda: [],
-    "_grade_kernel": lambda: [],  # the grader's kernel: writes nothing
+    "train.cli": lambda: [train.DEFAULT_OUT, train.LM_OUT],
+    "train.ablation": lambda: [ablation.DEFAULT_OUT],
+    "train.reference": lambda: [reference.default_out(task) for task in reference.RECIPES],
+    "course.__init__": lambda: [], "course.quiz": lambda: [], "generate.translate": lambda: [],
+    "generate.sample_text": lambda: [],
+    "course._grade_kernel": lambda: [],  # the grader's kernel: writes nothing
 }
 
 
@@ -54,7 +55,8 @@ def test_every_command_line_is_listed_here():
 def test_no_default_output_is_inside_the_package(name):
     for path in DEFAULT_OUTPUTS[name]():
         assert not inside_package(path), f"{name}'s default output {path} is inside the package"
-    build = getattr(__import__(f"tfm_lesson.{name}", fromlist=["x"]), "build_parser", None)
+    module = name.removesuffix(".__init__")
+    build = getattr(__import__(f"tfm_lesson.{module}", fromlist=["x"]), "build_parser", None)
     if build is not None:
         for dest, value in _parser_defaults(build()):
             if dest in ("out", "book", "dir", "notebooks"):
@@ -133,4 +135,4 @@ def test_the_old_ablation_command_says_where_it_went():
 
     proc = subprocess.run([sys.executable, "-m", "tfm_lesson.modern", "ablation"], capture_output=True, text=True,
                           cwd=PACKAGE.parent, timeout=60)
-    assert proc.returncode == 2 and "python -m tfm_lesson.ablation" in proc.stderr
+    assert proc.returncode == 2 and "python -m tfm_lesson.train.ablation" in proc.stderr

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tfm_lesson
-from tfm_lesson.depth import depth_explorer, depth_statistics, encoder_stack
+from tfm_lesson.look.depth import depth_explorer, depth_statistics, encoder_stack
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tfm_lesson as T
-from tfm_lesson.training import make_model
+from tfm_lesson.train.loop import make_model
 
 
 def test_d_model_not_divisible_by_heads():

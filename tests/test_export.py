@@ -1,4 +1,4 @@
-"""Export to nbgrader and Otter-Grader (tfm_lesson/export.py), run through the real tools: `nbgrader
+"""Export to nbgrader and Otter-Grader (tfm_lesson/course/export.py), run through the real tools: `nbgrader
 generate_assignment` + `nbgrader autograde`, and `otter assign` + `otter run` (Otter's runner without Docker), on a
 correct, a buggy (the package's module subclassed, the checker's name rebound: named "WRITE IT YOURSELF"), an empty,
 an endless-loop and a hostile submission (a bug, a tampered or patched checker, an exercise's cells deleted, cells
@@ -17,8 +17,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tfm_lesson.export import nbgrader_notebook, otter_notebook
-from tfm_lesson.grading import _definitions, exercises
+from tfm_lesson.course.export import nbgrader_notebook, otter_notebook
+from tfm_lesson.course.grading import _definitions, exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
@@ -239,7 +239,7 @@ def test_otter_time_limit_plugin_stops_a_cell_and_goes_on():
     and after the last (Otter's own test cell goes there) nothing is limited."""
     from nbclient import NotebookClient
 
-    from tfm_lesson.export import OtterCellTimeLimit
+    from tfm_lesson.course.export import OtterCellTimeLimit
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LOOP), nbformat.v4.new_code_cell("x = 1")])
     assert OtterCellTimeLimit("", {}, {}).seconds == 600  # the default

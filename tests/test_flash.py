@@ -172,9 +172,9 @@ def test_bad_input_is_named(call, match):
         call(q, k, v)
 
 
-# peak memory, measured (tfm_lesson.memory) ---------------------------------------------------------------------------
+# peak memory, measured (tfm_lesson.look.memory) ---------------------------------------------------------------------------
 def test_peak_tensor_bytes_counts_what_lives_at_once():
-    from tfm_lesson.memory import peak_tensor_bytes
+    from tfm_lesson.look.memory import peak_tensor_bytes
 
     def two_then_one():
         a = torch.ones(1000)  # 4,000 bytes
@@ -191,7 +191,7 @@ def test_peak_tensor_bytes_counts_what_lives_at_once():
 
 
 def test_tiled_attention_never_holds_the_square_matrix():
-    from tfm_lesson.memory import peak_tensor_bytes
+    from tfm_lesson.look.memory import peak_tensor_bytes
 
     length, d_k, block = 512, 16, 32
     q, k, v = _qkv(batch=1, heads=1, q_len=length, k_len=length, d_k=d_k, d_v=d_k)
@@ -203,7 +203,7 @@ def test_tiled_attention_never_holds_the_square_matrix():
     assert tiled < square / 10  # the output and a few (block, block) tiles
 
 
-# the chapter's two figures (tfm_lesson.viz) -------------------------------------------------------------------------
+# the chapter's two figures (tfm_lesson.look.viz) -------------------------------------------------------------------------
 def test_scaling_and_roofline_figures():
     from matplotlib.figure import Figure
 
@@ -226,7 +226,7 @@ def test_scaling_and_roofline_figures():
 
 @pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
 def test_resident_peak_rise_sees_a_large_temporary():
-    from tfm_lesson.memory import resident_peak_rise
+    from tfm_lesson.look.memory import resident_peak_rise
 
     def big_temporary():
         x = torch.ones(32 * 2**20)  # 128 MiB, touched, then freed

@@ -1,4 +1,4 @@
-"""The class grader (tfm_lesson/grading.py, `python -m tfm_lesson.course grade`): correct, buggy, empty and hostile
+"""The class grader (tfm_lesson/course/grading.py, `python -m tfm_lesson.course grade`): correct, buggy, empty and hostile
 submissions of chapter 03 (a tampered checker, an endless loop, a memory hog, a kernel that dies, deleted and added
 cells, files that are not notebooks) each get the score and the reason they should, and never stop the others."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from tfm_lesson import grading
 from tfm_lesson.course import student_copy
 from tfm_lesson.course import copy_chapter_answers
-from tfm_lesson.grading import exercises
+from tfm_lesson.course.grading import exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
@@ -181,7 +181,7 @@ def test_exercises_of_the_chapters_with_rules():
 
 
 def _has_exercises(path: Path) -> bool:
-    from tfm_lesson.cells import is_solution
+    from tfm_lesson.course.cells import is_solution
 
     return any(is_solution(c) for c in nbformat.read(path, as_version=4).cells)
 

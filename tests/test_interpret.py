@@ -1,4 +1,4 @@
-"""tfm_lesson.interpret: alignment error rate, alignments from attention, induction scores, ablation, patching."""
+"""tfm_lesson.look.interpret: alignment error rate, alignments from attention, induction scores, ablation, patching."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tfm_lesson.attention import MultiHeadAttention
-from tfm_lesson.interpret import (AttentionOnly, ablate_head, alignment_error_rate, as_links, attention_modules,
+from tfm_lesson.look.interpret import (AttentionOnly, ablate_head, alignment_error_rate, as_links, attention_modules,
                                   corpus_alignment_error_rate, cross_attention_maps, extract_alignment,
                                   head_alignment_error_rates, head_outputs, induction_scores, monotonic_alignment,
                                   patch_head, prefix_matching_scores, previous_token_scores, repeated_half_loss,
@@ -92,7 +92,7 @@ def test_monotonic_alignment():
 def aligned_data():
     from tfm_lesson.data import Vocab
     from tfm_lesson.data.alignments import generate_aligned
-    from tfm_lesson.training import make_model
+    from tfm_lesson.train.loop import make_model
 
     pairs = generate_aligned(12, seed=3)
     src_vocab = Vocab.build([p.en for p in pairs])
@@ -121,7 +121,7 @@ def test_head_aer_shape_range_and_agrees_with_one_head_by_hand(aligned_data):
 def test_head_aer_perfect_for_a_model_that_attends_to_gold(aligned_data, monkeypatch):
     """A fake model whose every head attends to the sure link of each target word scores AER 0."""
     model, pairs, src_vocab, tgt_vocab = aligned_data
-    import tfm_lesson.interpret as I
+    import tfm_lesson.look.interpret as I
 
     def gold_maps(_model, source, target, device=None):
         pair = gold_maps.pair
@@ -204,7 +204,7 @@ def test_attention_only_model_shapes_and_errors():
 
 
 def test_induction_heads_form_in_a_short_run():
-    from tfm_lesson.training import cpu_threads
+    from tfm_lesson.train.loop import cpu_threads
 
     with cpu_threads(1):  # one thread: fast for this size, and restored afterwards
         _grow_induction_heads()

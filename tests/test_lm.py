@@ -10,9 +10,9 @@ from torch import nn
 
 from tfm_lesson.data.corpus import CORPUS_LICENCE, load_corpus, random_windows, split_text
 from tfm_lesson.gpt import GPT
-from tfm_lesson.lm import (LMData, complete, lm_loss, lm_rate, load_lm, perplexity, prepare_lm_data, save_lm,
+from tfm_lesson.train.lm import (LMData, complete, lm_loss, lm_rate, load_lm, perplexity, prepare_lm_data, save_lm,
                            train_lm, unigram_perplexity)
-from tfm_lesson.tokenizer import BPETokenizer
+from tfm_lesson.data.tokenizer import BPETokenizer
 
 TEXT = "".join(f"the {a} {b} sat on the {c}.\n" for a in ("small", "big", "red") for b in ("cat", "dog", "hen")
                for c in ("mat", "log", "hat", "rug")) * 6
@@ -221,7 +221,7 @@ def test_prepare_lm_data_accepts_a_trained_tokenizer(data):
 
 # ---------------------------------------------------------------------------------------------- the widget
 def test_sampling_widget_renders_and_reacts(data):
-    from tfm_lesson.widgets import sampling_widget
+    from tfm_lesson.look.widgets import sampling_widget
 
     model = tiny_gpt(data.vocab_size, max_len=64)
     w = sampling_widget(model, data.tokenizer, "the small", max_new_tokens=20)
@@ -244,7 +244,7 @@ def test_sampling_widget_renders_and_reacts(data):
 
 
 def test_sampling_widget_bad_arguments(data):
-    from tfm_lesson.widgets import sampling_widget
+    from tfm_lesson.look.widgets import sampling_widget
 
     with pytest.raises(TypeError, match="GPT"):
         sampling_widget(nn.Linear(2, 2), data.tokenizer)

@@ -66,7 +66,7 @@ def test_generate_continues_the_prompt(own_text_run):
     (["--max-new-tokens", "500"], "more than the model's context of max_len=32"),
     (["--samples", "0"], "--samples must be >= 1")])
 def test_generate_usage_errors(own_text_run, flags, words, capsys):
-    from tfm_lesson.generate import main
+    from tfm_lesson.generate.sample_text import main
 
     root, _ = own_text_run
     code, _, err = call(main, [str(root / "out" / "lm.pt"), "the", *flags], capsys)
@@ -91,7 +91,7 @@ def test_generate_rejects_a_missing_or_foreign_checkpoint(tmp_path):
     (["--threads", "0"], "--threads must be >= 1"),
     (["--eval-every", "-1"], "--eval-every must be >= 1"), (["--peak-lr", "nan"], "--peak-lr must be a finite")])
 def test_train_lm_usage_errors(tmp_path, flags, words, capsys):
-    from tfm_lesson.train import main
+    from tfm_lesson.train.cli import main
 
     (tmp_path / "t.txt").write_text(TEXT)
     code, _, err = call(main, ["--text", str(tmp_path / "t.txt"), *TINY, *flags, "--out", str(tmp_path)], capsys)
@@ -99,7 +99,7 @@ def test_train_lm_usage_errors(tmp_path, flags, words, capsys):
 
 
 def test_train_text_errors(tmp_path, capsys):
-    from tfm_lesson.train import main
+    from tfm_lesson.train.cli import main
 
     proc = run("tfm_lesson.train", "--text", str(tmp_path / "missing.txt"), *TINY)  # the real command line
     assert proc.returncode == 2 and "no such text file" in proc.stderr and "Traceback" not in proc.stderr
@@ -121,7 +121,7 @@ def test_train_task_lm_on_the_shipped_corpus(tmp_path):
 
 @pytest.mark.slow  # starts a training subprocess
 def test_an_existing_run_is_kept_unless_overwrite(own_text_run, capsys):
-    from tfm_lesson.train import main
+    from tfm_lesson.train.cli import main
 
     root, _ = own_text_run
     saved = (root / "out" / "lm.pt").read_bytes()

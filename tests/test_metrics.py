@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from tfm_lesson.metrics import bleu, chrf, exact_match, scores
+from tfm_lesson.train.metrics import bleu, chrf, exact_match, scores
 
 
 def test_perfect_and_disjoint():

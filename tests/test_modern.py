@@ -353,7 +353,7 @@ def test_gqa_errors():
 # the ablation ---------------------------------------------------------------------------------------------------------
 def test_variant_configs_are_cumulative_and_end_at_todays_block():
     from tfm_lesson.gpt import GPT
-    from tfm_lesson.ablation import VARIANTS, variant_configs
+    from tfm_lesson.train.ablation import VARIANTS, variant_configs
 
     configs = variant_configs(vocab_size=100, d_model=32, heads=4, d_ff=128)
     assert [name for name, _ in configs] == [name for name, _ in VARIANTS]
@@ -369,7 +369,7 @@ def test_variant_configs_are_cumulative_and_end_at_todays_block():
 
 
 def test_summarise_pairs_seeds():
-    from tfm_lesson.ablation import format_summary, summarise
+    from tfm_lesson.train.ablation import format_summary, summarise
 
     runs = [dict(variant=v, seed=s, valid_loss=loss, parameters=10, seconds=1.0)
             for v, losses in (("a", (3.0, 3.2, 3.4)), ("b", (2.9, 3.1, 3.3)), ("c", (3.0, 3.0, 3.3)))
@@ -383,7 +383,7 @@ def test_summarise_pairs_seeds():
 
 
 def test_shipped_ablation_is_complete():
-    from tfm_lesson.ablation import VARIANTS, load_ablation, plot_ablation, summarise
+    from tfm_lesson.train.ablation import VARIANTS, load_ablation, plot_ablation, summarise
 
     results = load_ablation()
     rows = summarise(results)
@@ -394,7 +394,7 @@ def test_shipped_ablation_is_complete():
 
 
 def test_ablation_runs_end_to_end():
-    from tfm_lesson.ablation import VARIANTS, run_ablation, summarise
+    from tfm_lesson.train.ablation import VARIANTS, run_ablation, summarise
 
     results = run_ablation(seeds=(0, 1), steps=2, batch_size=2, eval_tokens=200, variants=VARIANTS[:2], log=None,
                            max_len=8, d_model=16, heads=2, d_ff=32, num_layers=1)

@@ -7,7 +7,7 @@ takes each number in a markdown cell and looks for it in three places:
    text is authored, not run);
 2. the chapter's **code**: a literal the learner can see in a code cell (``steps=250``, ``d_model=64``) is a
    setting, not a result, and the prose may repeat it (when the chapter trains from the course's recipe table,
-   ``tfm_lesson/recipes.py``, that table counts as its code);
+   ``tfm_lesson/train/recipes.py``, that table counts as its code);
 3. the chapter's **constants**, ``tests/prose_constants.toml``: a number that comes from neither (a figure of
    the paper, a formula's value) with where it comes from.
 
@@ -187,7 +187,7 @@ def stored_text(nb) -> str:
     return "\n".join(parts)
 
 
-RECIPES_FILE = ROOT / "tfm_lesson" / "recipes.py"
+RECIPES_FILE = ROOT / "tfm_lesson" / "train" / "recipes.py"
 
 
 def code_text(nb) -> str:

@@ -9,8 +9,8 @@ import pytest
 
 from tfm_lesson import quiz
 from tfm_lesson.course import strip_widget_views
-from tfm_lesson.quiz import Question, load_quiz, quiz_chapters
-from tfm_lesson.widgets import WIDGET_VIEW
+from tfm_lesson.course.quiz import Question, load_quiz, quiz_chapters
+from tfm_lesson.look.widgets import WIDGET_VIEW
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -119,7 +119,7 @@ def test_instructors_quiz_page_is_in_step_with_the_quizzes(monkeypatch):
     page = ROOT / "book" / "instructors_quizzes.md"
     expected = quiz.instructor_markdown(quiz.chapter_titles())
     assert page.read_text(encoding="utf-8") == expected, \
-        "book/instructors_quizzes.md is stale: run `python -m tfm_lesson.quiz book/instructors_quizzes.md`"
+        "book/instructors_quizzes.md is stale: run `python -m tfm_lesson.course.quiz book/instructors_quizzes.md`"
 
 
 def test_quiz_module_runs_as_a_command(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""One home per fact: the training recipes are written once, in tfm_lesson/recipes.py, and read by the command
+"""One home per fact: the training recipes are written once, in tfm_lesson/train/recipes.py, and read by the command
 line, the reference runs, the benchmarks and every chapter."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tfm_lesson import reference, train
 
 sys.path.insert(0, str(ROOT / "tools"))
 import bench  # noqa: E402  (tools/bench.py)
-from tfm_lesson.recipes import RECIPES, recipe
+from tfm_lesson.train.recipes import RECIPES, recipe
 
 PAIR = re.compile(r"""["']?\b([a-z_]+)["']?\s*[=:]\s*([0-9][0-9.e+-]*)\b""")
 READERS = sorted(p for p in (ROOT / "tfm_lesson").rglob("*.py") if p.name != "recipes.py") + sorted(
@@ -47,7 +47,7 @@ def test_no_recipe_literal_outside_the_table():
                 if len(same) >= (len(part) if where.endswith("model") else 3):
                     found.append(f"{path.relative_to(ROOT)}:{number} copies {where} ({', '.join(same)})")
                     break
-    assert not found, "read tfm_lesson.recipes.RECIPES instead:\n" + "\n".join(found)
+    assert not found, "read tfm_lesson.train.recipes.RECIPES instead:\n" + "\n".join(found)
 
 
 def test_the_test_above_can_fail():

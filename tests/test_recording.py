@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tfm_lesson import MultiHeadAttention, Transformer, record_attention, scaled_dot_product_attention
-from tfm_lesson.recording import attention_kind
+from tfm_lesson.look.recording import attention_kind
 
 HEADS, ENC, DEC = 2, 2, 3
 

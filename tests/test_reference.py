@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tfm_lesson import reference
-from tfm_lesson.reference import RECIPES, compare_to_reference, load_reference
+from tfm_lesson.train.reference import RECIPES, compare_to_reference, load_reference
 
 
 def _per_step(windows, every):
@@ -30,9 +30,9 @@ def test_shipped_references_are_small_and_complete(task):
 
 
 def test_no_circle_training_does_not_reexport_it():
-    import tfm_lesson.training as training
+    import tfm_lesson.train.loop as training
 
-    assert not hasattr(training, "compare_to_reference")  # chapters import it from tfm_lesson.reference
+    assert not hasattr(training, "compare_to_reference")  # chapters import it from tfm_lesson.train.reference
 
 
 @pytest.mark.parametrize("task", ["reverse", "sentences"])
@@ -130,7 +130,7 @@ def test_the_band_is_drawn_without_pyplot():
     """Returned once and displayed where the chapter shows it; never left open in pyplot to be shown again."""
     import matplotlib.pyplot as plt
 
-    from tfm_lesson.viz import Figure
+    from tfm_lesson.look.viz import Figure
 
     before = plt.get_fignums()
     ref = load_reference("reverse")

@@ -12,7 +12,7 @@ import torch
 import tfm_lesson.data.batching as batching
 from tfm_lesson.data import load_task
 from tfm_lesson.data.batching import BatchStream as _BatchStream
-from tfm_lesson.training import (TrainingDiverged, TrainingInterrupted, amp_dtype, distributed_plan,
+from tfm_lesson.train.loop import (TrainingDiverged, TrainingInterrupted, amp_dtype, distributed_plan,
                                  load_checkpoint, make_model, read_checkpoint, save_checkpoint, train)
 
 QUIET = dict(progress=False, log=lambda msg: None, device="cpu")
@@ -85,7 +85,7 @@ def test_a_signal_saves_and_stops_then_resume_finishes_the_same_run(tmp_path, da
 
 
 def test_periodic_saves(tmp_path, data, monkeypatch):
-    import tfm_lesson.training as training
+    import tfm_lesson.train.loop as training
 
     saved = []
     real = training.save_checkpoint
@@ -214,7 +214,7 @@ _DDP_SCRIPT = r'''
 import json, os, sys
 import tfm_lesson.data.batching as batching
 from tfm_lesson.data import load_task
-from tfm_lesson.training import make_model, train
+from tfm_lesson.train.loop import make_model, train
 
 built = []
 real = batching.make_batch

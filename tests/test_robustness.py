@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from tfm_lesson import quiz
-from tfm_lesson.generate import main as generate_main
+from tfm_lesson.generate.sample_text import main as generate_main
 from tfm_lesson.gpt import GPT, GPTConfig
-from tfm_lesson.lm import load_lm, save_lm
-from tfm_lesson.sampling import sample_next
-from tfm_lesson.tokenizer import BPETokenizer
+from tfm_lesson.train.lm import load_lm, save_lm
+from tfm_lesson.generate.sampling import sample_next
+from tfm_lesson.data.tokenizer import BPETokenizer
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_text_the_tokenizer_cannot_encode_is_a_value_error():
 
 # --- compare_to_reference: a constant huge loss is not "flat near log V"; the margin is checked (issue 22) --------
 def test_compare_to_reference_names_a_loss_far_above_log_v_and_refuses_a_nan_margin():
-    from tfm_lesson.reference import compare_to_reference
+    from tfm_lesson.train.reference import compare_to_reference
 
     history = {"step": list(range(1, 401)), "loss": [1e300] * 400}
     verdict = compare_to_reference(history, "reverse", plot=False)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conftest import call_main
-from tfm_lesson.runstate import GuardedRun
-from tfm_lesson.train import main as train_main
+from tfm_lesson.train.runstate import GuardedRun
+from tfm_lesson.train.cli import main as train_main
 
 TEXT = "".join(f"the {a} {b} sat on the {c}.\n" for a in ("small", "big", "red") for b in ("cat", "dog", "hen")
                for c in ("mat", "log", "hat", "rug")) * 5
@@ -64,8 +64,8 @@ def _write_old_names(path, name):
 
 
 def _weights(path, name):
-    from tfm_lesson.checkpoint import read_checkpoint
-    from tfm_lesson.lm import read_lm
+    from tfm_lesson.train.checkpoint import read_checkpoint
+    from tfm_lesson.train.lm import read_lm
 
     return (read_lm if name == "lm" else read_checkpoint)(path)["state_dict"]
 
@@ -89,7 +89,7 @@ def test_flags_of_the_other_kind_of_run_are_refused(task, tmp_path, capsys, no_t
 def test_max_len_is_read_by_both_kinds_of_run():
     """--max-len is the most positions the model sees, for a translation model and a GPT alike (for a GPT also
     its training window), so neither kind refuses it; the flags it replaced (--context, --layers) are gone."""
-    from tfm_lesson.train import LM_ONLY, TRANSLATION_ONLY, build_parser
+    from tfm_lesson.train.cli import LM_ONLY, TRANSLATION_ONLY, build_parser
 
     assert "--max-len" not in LM_ONLY and "--max-len" not in TRANSLATION_ONLY
     options = {flag for action in build_parser()._actions for flag in action.option_strings}

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import tfm_lesson
-from tfm_lesson.shapes import ShapeTrace, shape_of, trace_shapes
+from tfm_lesson.look.shapes import ShapeTrace, shape_of, trace_shapes
 
 
 class Tiny(nn.Module):

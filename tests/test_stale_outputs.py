@@ -5,7 +5,7 @@ and it does not compare rich outputs such as the quiz's static page. This test r
 stored output that is a pure function of the package and the cell's source, and compares it with what is stored:
 
 - every **quiz** cell (``quiz.show("NN")``): its stored ``text/plain`` and ``text/html`` must equal
-  ``quiz.to_text`` and ``quiz.to_html`` of today's ``tfm_lesson/quizzes/chNN.py`` (a quiz edited without
+  ``quiz.to_text`` and ``quiz.to_html`` of today's ``tfm_lesson/course/quizzes/chNN.py`` (a quiz edited without
   re-running its cell is what this catches);
 - every cell whose code only **prints string literals** (``print("...")``, nothing computed): its stored text must
   be those strings;

@@ -1,6 +1,6 @@
 """Student copies say nothing false: a stored output that shows a result of the exercises' answers (chapter 10's
-"your loop == tfm_lesson.training.train ... True") is cleared in the student copy, and `restore` brings it back.
-The rule (tfm_lesson/_depends.py): a cell depends on the answers when it reads a name a solution defines, or a name
+"your loop == tfm_lesson.train.loop.train ... True") is cleared in the student copy, and `restore` brings it back.
+The rule (tfm_lesson/course/_depends.py): a cell depends on the answers when it reads a name a solution defines, or a name
 an earlier dependent cell assigned."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tfm_lesson._depends import answer_dependent_cells
+from tfm_lesson.course._depends import answer_dependent_cells
 from tfm_lesson.course import _CLEARED_KEY, _is_solution, chapters, restore, student_copy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ def test_chapter_10_student_copy_claims_nothing_for_work_not_done():
     copy = student_copy(nb)
     texts = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
                       for c in copy.cells if c.cell_type == "code" for o in c.outputs)
-    assert "your loop == tfm_lesson.training.train" not in texts
+    assert "your loop == tfm_lesson.train.loop.train" not in texts
     assert "your greedy_decode == tfm_lesson's" not in texts
     assert "passed:" not in texts  # no checker's success line either
     assert any(_CLEARED_KEY in c.metadata for c in copy.cells)

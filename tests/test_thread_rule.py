@@ -10,7 +10,7 @@ import torch
 from tfm_lesson import decoding
 from tfm_lesson.data import Vocab
 from tfm_lesson.device import follows_thread_rule
-from tfm_lesson.training import evaluate, make_model
+from tfm_lesson.train.loop import evaluate, make_model
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfm_lesson.data.corpus import load_corpus
-from tfm_lesson.tokenizer import GPT2_PATTERN, BPETokenizer, gpt2_byte_order, merge_pair, pretokenize
+from tfm_lesson.data.tokenizer import GPT2_PATTERN, BPETokenizer, gpt2_byte_order, merge_pair, pretokenize
 
 SMALL = "the cat sat on the mat. the cat ate the rat! 12 cats, 345 rats; the_end\n" * 20
 
@@ -287,7 +287,7 @@ def test_min_frequency_and_special_tokens_shift_hf(english):
 
 
 def test_package_helpers_match_this_test(english):
-    from tfm_lesson.tokenizer import hf_merges, train_hf_bpe
+    from tfm_lesson.data.tokenizer import hf_merges, train_hf_bpe
 
     text = english[:30_000]
     hf = train_hf_bpe(text, 500)
@@ -297,7 +297,7 @@ def test_package_helpers_match_this_test(english):
 
 # --- issue 22: text without spaces trains in near-linear time, with progress -----------------------------------------
 def test_long_chunks_are_cut_for_training_and_progress_is_shown(capsys):
-    from tfm_lesson.tokenizer import MAX_TRAIN_CHUNK, BPETokenizer as BPE
+    from tfm_lesson.data.tokenizer import MAX_TRAIN_CHUNK, BPETokenizer as BPE
     text = "abcdefghij" * 40  # one chunk of 400 characters under the GPT-2 split
     tok = BPE().train(text, 300, progress=True)
     err = capsys.readouterr().err

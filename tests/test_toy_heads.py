@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tfm_lesson.toy_heads import HEADS, WORDS, features, hand_set_heads, toy_batch, toy_targets, train_heads
+from tfm_lesson.look.toy_heads import HEADS, WORDS, features, hand_set_heads, toy_batch, toy_targets, train_heads
 
 SENTENCE = "the cat sat on the mat".split()
 

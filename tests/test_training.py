@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from tfm_lesson import seed_everything
 from tfm_lesson.data import load_task
-from tfm_lesson.training import (LabelSmoothingLoss, NoamSchedule, evaluate, load_checkpoint, make_model,
+from tfm_lesson.train.loop import (LabelSmoothingLoss, NoamSchedule, evaluate, load_checkpoint, make_model,
                                  make_optimizer, noam_rate, save_checkpoint, train, warmup_schedule)
 
 
@@ -138,7 +138,7 @@ def test_evaluate_perfect_when_model_is_identity(copy_data):
         pass
 
     pairs = copy_data.test[:5]
-    import tfm_lesson.decoding as decoding
+    import tfm_lesson.generate.decoding as decoding
 
     original = decoding.translate
     try:
@@ -150,7 +150,7 @@ def test_evaluate_perfect_when_model_is_identity(copy_data):
 
 
 def test_cpu_threads_restores_and_train_leaves_threads_alone(copy_data):
-    from tfm_lesson.training import cpu_threads
+    from tfm_lesson.train.loop import cpu_threads
 
     before = torch.get_num_threads()
     with cpu_threads(1):
@@ -162,7 +162,7 @@ def test_cpu_threads_restores_and_train_leaves_threads_alone(copy_data):
 
 
 def test_fused_adam_only_on_cuda_unless_asked():
-    from tfm_lesson.training import make_optimizer
+    from tfm_lesson.train.loop import make_optimizer
 
     model = torch.nn.Linear(4, 3)
     assert not make_optimizer(model).defaults["fused"]  # CPU: the usual update, the chapters' numbers

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from tfm_lesson.ablation import unigram_baseline
-from tfm_lesson.lm import _windows_loss, unigram_perplexity
+from tfm_lesson.train.ablation import unigram_baseline
+from tfm_lesson.train.lm import _windows_loss, unigram_perplexity
 
 
 class Unigram(nn.Module):
@@ -56,9 +56,9 @@ def test_too_few_tokens_is_a_clear_error():
 
 @pytest.mark.slow
 def test_the_shipped_table_stores_this_baseline():
-    from tfm_lesson.ablation import load_ablation
+    from tfm_lesson.train.ablation import load_ablation
     from tfm_lesson.data.corpus import load_corpus
-    from tfm_lesson.lm import prepare_lm_data
+    from tfm_lesson.train.lm import prepare_lm_data
 
     settings = load_ablation()["settings"]
     data = prepare_lm_data(load_corpus(), vocab_size=settings["vocab_size"], tokenizer_chars=50_000)

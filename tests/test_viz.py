@@ -1,4 +1,4 @@
-"""tfm_lesson.viz: every function returns a labelled Figure, takes tensors on any device or arrays, and
+"""tfm_lesson.look.viz: every function returns a labelled Figure, takes tensors on any device or arrays, and
 rejects bad input with an error that names the argument."""
 from __future__ import annotations
 

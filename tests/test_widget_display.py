@@ -12,7 +12,7 @@ import pytest
 from IPython.core.formatters import DisplayFormatter
 
 from tfm_lesson import quiz, widgets
-from tfm_lesson._widget_display import IPYWIDGETS_MAJOR, WIDGET_VIEW, widget_bundle
+from tfm_lesson.look._widget_display import IPYWIDGETS_MAJOR, WIDGET_VIEW, widget_bundle
 
 from test_widgets import BUILDERS
 

@@ -1,4 +1,4 @@
-"""tfm_lesson.widgets without a frontend: each explorer builds, carries a static PNG in its mimebundle, and
+"""tfm_lesson.look.widgets without a frontend: each explorer builds, carries a static PNG in its mimebundle, and
 every control, moved programmatically, changes the picture."""
 from __future__ import annotations
 

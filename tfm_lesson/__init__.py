@@ -1,4 +1,8 @@
 """tfm_lesson: the Transformer of "Attention Is All You Need", built step by step and proven equal to PyTorch."""
+from . import _moved
+
+_moved.install()  # old module paths (tfm_lesson.look.viz, tfm_lesson.train.loop, ...) keep importing
+
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .cache import CrossAttentionCache, KVCache
 from .decoder import Decoder, DecoderLayer
@@ -11,8 +15,8 @@ from .masks import causal_mask, check_mask, combine_masks, padding_mask
 from .model import EncoderDecoder, Transformer, TransformerConfig, count_parameters, parameter_table
 from .norm import LayerNorm, layer_norm
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, sinusoidal_table
-from .recording import AttentionRecord, record_attention
-from .tokenizer import BPETokenizer
+from .look.recording import AttentionRecord, record_attention
+from .data.tokenizer import BPETokenizer
 
 __version__ = "0.1.0"
 
@@ -32,9 +36,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``tfm_lesson.quiz`` on first use (so ``python -m tfm_lesson.quiz`` runs it fresh)."""
-    if name == "quiz":
+    """An old module path as an attribute (``tfm_lesson.course.quiz``, ``tfm_lesson.look.viz``): the module at its new path."""
+    new = _moved.new_name(f"{__name__}.{name}")
+    if new is not None:
         import importlib
 
-        return importlib.import_module(f"{__name__}.quiz")
+        return importlib.import_module(new)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

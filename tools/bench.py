@@ -19,7 +19,7 @@ Sections:
   float32 square matmul timed in the same interleaved turns (the peak under the same load).
 - ``chapters``: each ``notebooks/NN_*.ipynb`` executed in a fresh kernel (nbclient, nothing written back):
   wall time and the kernel's peak resident memory.
-- ``targets``: time for :func:`tfm_lesson.training.train` to reach the course's training targets.
+- ``targets``: time for :func:`tfm_lesson.train.loop.train` to reach the course's training targets.
 - ``generation``: greedy generation from one :class:`tfm_lesson.GPT`, with and without the KV cache (same
   model, same prompt, same tokens): time per generated token against its position, and tokens/s at
   32, 128, 256 and 512 new tokens (see :func:`bench_generation`).
@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
 from tfm_lesson.attention import MultiHeadAttention  # noqa: E402
 from tfm_lesson.interop import to_torch  # noqa: E402
 from tfm_lesson.masks import padding_mask  # noqa: E402
-from tfm_lesson.recipes import RECIPES  # noqa: E402
+from tfm_lesson.train.recipes import RECIPES  # noqa: E402
 from tfm_lesson.model import Transformer, TransformerConfig  # noqa: E402
 
 __all__ = ["interleaved", "machine_info", "matmul_peak", "training_flops", "bench_attention", "bench_step",
@@ -374,7 +374,7 @@ def bench_targets(device: torch.device, tasks: list[str] | None = None, slack: f
     valid pairs, greedy) or ``slack`` x its budget has passed. Time counts the whole ``train`` call, the
     periodic validation included (so it overstates pure training time a little)."""
     from tfm_lesson.data import load_task
-    from tfm_lesson.training import evaluate, make_model, train
+    from tfm_lesson.train.loop import evaluate, make_model, train
 
     rows = []
     for task in tasks or list(TARGETS):

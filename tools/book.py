@@ -5,7 +5,7 @@ restore, fold, setup-cell, grade, export) is ``python -m tfm_lesson.course``.
 
     python tools/book.py build           # the Jupyter Book in book/_build/html (offline, from the stored outputs)
     python tools/book.py badges          # set-up cells, chapter badges, README's badges and the book's launch
-                                         # buttons follow REPOSITORY and REF (tfm_lesson/course.py)
+                                         # buttons follow REPOSITORY and REF (tfm_lesson/course/__init__.py)
     python tools/book.py colab-links     # one "Open in Colab" link per chapter
 
 The book shows each explorer's static picture. No widget state is stored in the chapters, and myst-nb would
@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tfm_lesson._io import atomic_open  # noqa: E402
-from tfm_lesson.cells import CourseError, is_setup_cell, is_solution, write_notebook  # noqa: E402
+from tfm_lesson.course.cells import CourseError, is_setup_cell, is_solution, write_notebook  # noqa: E402
 from tfm_lesson.course import (_ANY_BADGE, COLAB_BADGE_SVG, REF, REPOSITORY, _sync_script, chapters,  # noqa: E402
                                check_location, colab_url, retarget)
 

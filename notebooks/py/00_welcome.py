@@ -122,7 +122,7 @@ import tfm_lesson
 import tfm_lesson as T
 from tfm_lesson import viz
 from tfm_lesson.checks import check_pairwise_scores, check_row_softmax, check_weighted_sum
-from tfm_lesson.shapes import trace_shapes
+from tfm_lesson.look.shapes import trace_shapes
 
 tfm_lesson.seed_everything(0)
 device = tfm_lesson.default_device()
@@ -362,7 +362,7 @@ print("reshape without the transpose gives h back:", torch.equal(wrong_merge, h)
 # %% [markdown]
 # ## Play with it: the shape tracer
 #
-# `tfm_lesson.shapes.trace_shapes(model, *inputs, max_depth=2)` runs one forward pass with hooks on every
+# `tfm_lesson.look.shapes.trace_shapes(model, *inputs, max_depth=2)` runs one forward pass with hooks on every
 # submodule and lists, in the order they ran, each submodule's name, class, and the shapes that went in and came
 # out (integer tensors show their dtype, masks show `bool`). Below: a tiny Transformer translating a batch of 2
 # sentences of 7 source tokens into 5 target tokens. It has two halves: an **encoder** that reads the source

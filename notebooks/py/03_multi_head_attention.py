@@ -54,7 +54,7 @@ import tfm_lesson
 import tfm_lesson as T
 from tfm_lesson import MultiHeadAttention, scaled_dot_product_attention, viz, widgets
 from tfm_lesson.checks import check_merge_heads, check_multi_head_attention, check_split_heads
-from tfm_lesson.toy_heads import hand_set_heads, train_heads
+from tfm_lesson.look.toy_heads import hand_set_heads, train_heads
 
 tfm_lesson.seed_everything(0)
 device = tfm_lesson.default_device()
@@ -442,7 +442,7 @@ print(f"on this machine the loop takes {timings['loop'] / timings['vectorised']:
 # A freshly initialised module attends with no particular pattern, which makes a dull picture. To see what heads
 # *can* do, we set the weights by hand. Each token of "the cat sat on the mat" gets a vector with two
 # parts: a one-hot for its word (a toy vocabulary of 8 words) and a one-hot for its position. Positions are a
-# stand-in here; chapter 04 shows how the real model adds them. `tfm_lesson.toy_heads.hand_set_heads` writes the
+# stand-in here; chapter 04 shows how the real model adds them. `tfm_lesson.look.toy_heads.hand_set_heads` writes the
 # weights of a `MultiHeadAttention(24, heads=3)` so that
 #
 # - **head 0** matches a query at position $p$ with the key at position $p-1$: *look at the previous word* (position 0 has
@@ -454,7 +454,7 @@ print(f"on this machine the loop takes {timings['loop'] / timings['vectorised']:
 #   *where are the nouns?*
 #
 # Three questions, three different distributions, asked in one layer: the thing one softmax cannot do. Read
-# the function `hand_set_heads` in `tfm_lesson/toy_heads.py` to see every weight it sets.
+# the function `hand_set_heads` in `tfm_lesson/look/toy_heads.py` to see every weight it sets.
 
 # %% mystnb={"image": {"alt": "Three attention heatmaps over 'the cat sat on the mat': head 0 looks at the previous word (a line just below the diagonal), head 1 at the same word, head 2 at the nouns cat and mat."}}
 tokens = "the cat sat on the mat".split()

@@ -479,11 +479,11 @@ T.quiz.show("05")
 #
 # ### See it: post-norm vs pre-norm, measured
 #
-# Claims about the two placements are easy to make; let us measure. `tfm_lesson.depth.encoder_stack` builds a
+# Claims about the two placements are easy to make; let us measure. `tfm_lesson.look.depth.encoder_stack` builds a
 # stack of **24** encoder layers ($d_{\text{model}} = 32$, 4 heads, feed-forward width $d_{ff} = 64$, dropout
 # off) from a fixed seed; we build one post-norm, one pre-norm (with its final norm), feed the same unit-variance input
 # $(4, 16, d_{\text{model}})$, put a fixed random linear read-out on top as a stand-in loss, and record per
-# layer $l$ (`tfm_lesson.depth.depth_statistics`):
+# layer $l$ (`tfm_lesson.look.depth.depth_statistics`):
 #
 # - the standard deviation of layer $l$'s output (the residual stream);
 # - the norm of the gradient of the loss with respect to layer $l$'s parameters;
@@ -491,7 +491,7 @@ T.quiz.show("05")
 #   learning signal changes on its way down.
 
 # %%
-from tfm_lesson.depth import depth_explorer, depth_statistics, encoder_stack
+from tfm_lesson.look.depth import depth_explorer, depth_statistics, encoder_stack
 
 layers = 24
 x = torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(0)).to(device)  # (batch, seq_len, d_model)

@@ -50,7 +50,7 @@ import tfm_lesson as T
 from tfm_lesson import viz, widgets
 from tfm_lesson.checks import check_generator, check_parameter_count, check_scaled_embedding, check_tie_weights
 from tfm_lesson.data import Vocab, pad_sequences
-from tfm_lesson.shapes import trace_shapes
+from tfm_lesson.look.shapes import trace_shapes
 
 T.seed_everything(0)
 device = T.default_device()
@@ -281,7 +281,7 @@ print("future target invisible: ", torch.allclose(model(src, tgt)[0, :-1], model
 # %% [markdown]
 # ## See it: one forward pass, module by module
 #
-# `tfm_lesson.shapes.trace_shapes` runs the model once with hooks on every sub-module down to `max_depth` and
+# `tfm_lesson.look.shapes.trace_shapes` runs the model once with hooks on every sub-module down to `max_depth` and
 # lists what went in and came out. Read it top to bottom: it is figure 1 of the paper as a table.
 
 # %%

@@ -32,7 +32,7 @@
 # - the paper's **warm-up schedule** for the learning rate (section 5.3), and why warm-up is needed (you write
 #   `noam_rate`);
 # - **one training step** in the right order (you write `train_step`), then a whole loop, proven to give the same
-#   loss curve as `tfm_lesson.training.train`;
+#   loss curve as `tfm_lesson.train.loop.train`;
 # - **greedy decoding**, batched (you write `greedy_decode_yours`, your version of the package's `greedy_decode`);
 # - how to tell whether a run is normal: your loss curve against a band of reference runs;
 # - the cross-attention map of the trained model: an **anti-diagonal**, the picture of "output $i$ reads input
@@ -60,10 +60,10 @@ from tfm_lesson import viz, widgets
 from tfm_lesson.checks import (check_greedy_decode, check_label_smoothing_loss, check_noam_rate,
                                check_shift_targets, check_train_step, yours_or_reference)
 from tfm_lesson.data import batches, encode_batch, load_task
-from tfm_lesson.decoding import greedy_decode, translate
-from tfm_lesson.recipes import RECIPES
-from tfm_lesson.reference import compare_to_reference
-from tfm_lesson.training import LabelSmoothingLoss, cpu_threads, evaluate, make_model, train
+from tfm_lesson.generate.decoding import greedy_decode, translate
+from tfm_lesson.train.recipes import RECIPES
+from tfm_lesson.train.reference import compare_to_reference
+from tfm_lesson.train.loop import LabelSmoothingLoss, cpu_threads, evaluate, make_model, train
 
 T.seed_everything(0)
 device = T.default_device()
@@ -462,13 +462,13 @@ def train_loop(model, data, steps, batch_size, warmup, peak_lr, smoothing=0.1, c
     return history
 
 # %% [markdown]
-# ### Check it: the same curve as `tfm_lesson.training.train`
+# ### Check it: the same curve as `tfm_lesson.train.loop.train`
 #
 # The package's `train` does the same things in the same order (plus mixed precision on a GPU, several
 # processes, evaluation and a progress bar). Mixed precision means the forward pass runs in 16-bit floats:
 # `bfloat16` on GPUs that compute it natively (compute capability 8.0 or more), `float16` on older ones such as
 # Colab's T4, where a gradient scaler (`torch.amp.GradScaler`) multiplies the loss before the backward pass so
-# that small gradients do not round to zero in `float16`; `tfm_lesson.training.amp_dtype(device)` says which,
+# that small gradients do not round to zero in `float16`; `tfm_lesson.train.loop.amp_dtype(device)` says which,
 # and `train(..., amp=False)` keeps everything in `float32`. On the CPU nothing changes. Two copies of one freshly initialised model, 20 steps each, same
 # seed (hence the same batches): the two loss curves must agree to $10^{-6}$.
 
@@ -484,7 +484,7 @@ gap = max(abs(a - b) for a, b in zip(theirs["loss"], yours["loss"]))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("your loop == tfm_lesson.training.train, first 20 losses within 1e-6:",
+print("your loop == tfm_lesson.train.loop.train, first 20 losses within 1e-6:",
       len(yours["loss"]) == 20 and gap < 1e-6)
 
 # %% [markdown]
@@ -495,7 +495,7 @@ print("your loop == tfm_lesson.training.train, first 20 losses within 1e-6:",
 # plentiful), label smoothing 0.1, batches of 128, warm-up 100 steps to a peak rate of 0.003, gradients
 # clipped to norm 1, and a **fixed number of steps**, 600, seeded, on one CPU thread, so the run is the same
 # every time on one machine. Your loop prints a line every 100 steps. These settings are the task's **recipe**;
-# the course keeps every task's recipe in one table, `RECIPES` in `tfm_lesson.recipes`, which the cells below,
+# the course keeps every task's recipe in one table, `RECIPES` in `tfm_lesson.train.recipes`, which the cells below,
 # the command line and the reference runs read. Another CPU can print slightly different
 # losses (its arithmetic rounds differently, and 600 steps amplify the difference), and a GPU more so: there
 # the package's `train`, used for the second task below, trains in mixed precision (16-bit floats for most
@@ -723,7 +723,7 @@ T.quiz.show("10")
 # - The learning rate warms up linearly and decays as $1/\sqrt{\text{step}}$, steps counted from 1; warm-up
 #   protects against Adam's noisy first estimates and the large early gradients of post-norm stacks.
 # - One step: shift, forward, loss, backward, clip, optimiser step, schedule step, clear the gradients. Your loop
-#   gives the same losses as `tfm_lesson.training.train`.
+#   gives the same losses as `tfm_lesson.train.loop.train`.
 # - Greedy decoding encodes once, appends the most probable token per row, pads the rows that ended and stops
 #   when all have.
 # - `compare_to_reference` tells you whether a loss curve is normal for the recipe, and names likely causes

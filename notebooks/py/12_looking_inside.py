@@ -52,8 +52,8 @@ import tfm_lesson as T
 from tfm_lesson import viz, widgets
 from tfm_lesson.checks import check_heads_off, check_query_entropy, check_rank_correlation, yours_or_reference
 from tfm_lesson.data import batches, load_task
-from tfm_lesson.recipes import RECIPES
-from tfm_lesson.training import evaluate, make_model, train
+from tfm_lesson.train.recipes import RECIPES
+from tfm_lesson.train.loop import evaluate, make_model, train
 
 T.seed_everything(0)
 device = T.default_device()

@@ -74,7 +74,7 @@ from torch import nn
 import tfm_lesson
 from tfm_lesson import (EncoderLayer, LayerNorm, MultiHeadAttention, Transformer, causal_mask, padding_mask,
                         scaled_dot_product_attention, sinusoidal_table, viz, widgets)
-from tfm_lesson.training import cpu_threads
+from tfm_lesson.train.loop import cpu_threads
 from tfm_lesson.checks import (check_attention, check_causal_mask, check_decoder_mask, check_encoder_layer,
                                check_feed_forward, check_generator, check_layer_norm,
                                check_learned_positional_encoding, check_multi_head_attention, check_padding_mask,
@@ -999,7 +999,7 @@ check_encoder_layer(MyEncoderLayer)
 # ## Check your understanding
 
 # %%
-tfm_lesson.quiz.show("13")
+tfm_lesson.course.quiz.show("13")
 
 # %% [markdown]
 # ## Summary

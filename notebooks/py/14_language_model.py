@@ -28,7 +28,7 @@
 # - a GPT block is chapter 08's decoder layer **without cross-attention**; with a causal mask and tied
 #   embeddings, a stack of them is a language model, proven equal to `tfm_lesson.GPT`;
 # - **byte-level byte-pair encoding (BPE)**: count pairs, merge the most frequent, repeat; written step by step,
-#   checked against `tfm_lesson.tokenizer.BPETokenizer` and the Hugging Face `tokenizers` library;
+#   checked against `tfm_lesson.data.tokenizer.BPETokenizer` and the Hugging Face `tokenizers` library;
 # - **next-token prediction**: inputs and targets shifted by one, the loss, **perplexity**, and a baseline
 #   to beat;
 # - a few hundred training steps on a laptop CPU, and samples before and after;
@@ -54,9 +54,9 @@ from tfm_lesson import viz, widgets
 from tfm_lesson.checks import check_bpe_merge, check_next_token_probs, check_next_token_windows
 from tfm_lesson.data.corpus import load_corpus, random_windows
 from tfm_lesson.gpt import GPT, GPTBlock, GPTConfig
-from tfm_lesson.lm import complete, perplexity, prepare_lm_data, train_lm, unigram_perplexity
-from tfm_lesson.sampling import filter_top_k, filter_top_p
-from tfm_lesson.tokenizer import GPT2_PATTERN, BPETokenizer, hf_merges, merge_pair, pretokenize, train_hf_bpe
+from tfm_lesson.train.lm import complete, perplexity, prepare_lm_data, train_lm, unigram_perplexity
+from tfm_lesson.generate.sampling import filter_top_k, filter_top_p
+from tfm_lesson.data.tokenizer import GPT2_PATTERN, BPETokenizer, hf_merges, merge_pair, pretokenize, train_hf_bpe
 
 T.seed_everything(0)
 device = T.default_device()
@@ -639,7 +639,7 @@ check_bpe_merge(merge)
 # probabilities (re-normalised after the steps before: the softmax over the tokens top-k kept) reach `top_p`,
 # again keeping ties; then the softmax. `temperature == 0`
 # means greedy: probability 1 on the argmax of each row. You may use `filter_top_k` and `filter_top_p` from
-# `tfm_lesson.sampling`, or write the filters yourself (harder: that is where the classic mistakes are).
+# `tfm_lesson.generate.sampling`, or write the filters yourself (harder: that is where the classic mistakes are).
 
 # %%
 def next_token_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:

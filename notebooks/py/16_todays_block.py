@@ -82,7 +82,7 @@ from tfm_lesson.gpt import GPT, GPTConfig
 from tfm_lesson.interop import from_hf, hf_config
 from tfm_lesson.modern import (GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU, interleaved_to_halves,
                                kv_cache_nbytes, swiglu_hidden)
-from tfm_lesson.ablation import (VARIANTS, format_summary, load_ablation, plot_ablation, run_ablation, summarise,
+from tfm_lesson.train.ablation import (VARIANTS, format_summary, load_ablation, plot_ablation, run_ablation, summarise,
                                  unigram_baseline)
 
 tfm_lesson.seed_everything(0)
@@ -751,7 +751,7 @@ else:
 
 # %% mystnb={"image": {"alt": "Ablation picture of two variants: left, the held-out loss of each seed with mean and standard deviation; right, the paired change of today's block with its wide 95% interval, which stays below zero."}}
 from tfm_lesson.data.corpus import load_corpus
-from tfm_lesson.lm import prepare_lm_data, train_lm
+from tfm_lesson.train.lm import prepare_lm_data, train_lm
 
 data = prepare_lm_data(load_corpus(), vocab_size=384, tokenizer_chars=50_000)
 todays_block = {key: value for _, change in VARIANTS[1:] for key, value in change.items()}
@@ -773,7 +773,7 @@ plot_ablation(tiny, title="the tiny ablation: 60 steps per run")
 # model size (2 blocks, $d_{model} = 64$, 4 heads, $d_{ff} = 256$): 21 runs, too long for this page (they ran
 # on one thread of a busy 2-core CPU; the average time per run and the warm-up are printed below). The results
 # ship with the package as a small table;
-# `python -m tfm_lesson.ablation --out my_table.json` reruns every run and writes a new table.
+# `python -m tfm_lesson.train.ablation --out my_table.json` reruns every run and writes a new table.
 
 # %% mystnb={"image": {"alt": "Ablation picture of seven cumulative variants: left, held-out loss per seed with mean and standard deviation; right, the paired change from the row above with its 95% interval, clearly below zero for pre-norm and for RoPE, crossing zero for the others."}}
 full = load_ablation()

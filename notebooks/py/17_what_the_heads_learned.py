@@ -61,12 +61,12 @@ from tfm_lesson import viz, widgets
 from tfm_lesson.checks import check_alignment_error_rate, check_induction_score, check_patch_position
 from tfm_lesson.data import load_task
 from tfm_lesson.data.alignments import generate_aligned
-from tfm_lesson.interpret import (AttentionOnly, ablate_head, alignment_error_rate, corpus_alignment_error_rate,
+from tfm_lesson.look.interpret import (AttentionOnly, ablate_head, alignment_error_rate, corpus_alignment_error_rate,
                                   cross_attention_maps, extract_alignment, head_alignment_error_rates,
                                   induction_scores, monotonic_alignment, patch_head, repeated_half_loss,
                                   repeated_tokens, spearman)
-from tfm_lesson.recipes import RECIPES
-from tfm_lesson.training import make_model, train
+from tfm_lesson.train.recipes import RECIPES
+from tfm_lesson.train.loop import make_model, train
 
 torch.set_num_threads(1)  # small models: one thread is fastest, and the runs repeat exactly
 T.seed_everything(0)

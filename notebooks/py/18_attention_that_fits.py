@@ -60,7 +60,7 @@ from tfm_lesson import viz
 from tfm_lesson.attention import scaled_dot_product_attention
 from tfm_lesson.checks import check_arithmetic_intensity, check_online_softmax, check_tiled_attention
 from tfm_lesson.flash import attention_lse, flash_attention, online_softmax
-from tfm_lesson.memory import peak_tensor_bytes, resident_peak_rise
+from tfm_lesson.look.memory import peak_tensor_bytes, resident_peak_rise
 
 T.seed_everything(0)
 threads = 1  # one core: see below; set it to os.cpu_count() to measure the whole CPU
@@ -275,7 +275,7 @@ for name, a, b in zip(("dQ", "dK", "dV"), tiled_grads, explicit_grads):
 #
 # **How memory is measured here.** Python's `tracemalloc` does not see PyTorch's tensors, and the process's
 # resident size moves with the allocator and everything else in the process. `peak_tensor_bytes(fn, ...)`
-# (in `tfm_lesson.memory`) runs `fn` under a `TorchDispatchMode`, a hook that sees every PyTorch operator the
+# (in `tfm_lesson.look.memory`) runs `fn` under a `TorchDispatchMode`, a hook that sees every PyTorch operator the
 # function runs: each new tensor adds its bytes, a finalizer subtracts them when the tensor is freed, and the
 # largest running total is the peak. Its inputs (and views of them) are not counted: the number is the memory
 # the call itself needed at its worst moment. What it cannot see are buffers a fused kernel allocates and frees
@@ -342,7 +342,7 @@ viz.plot_scaling(lengths, {name: [b / 2**20 for b in peaks[name]] for name in me
 #
 # **A cross-check that sees everything.** The operating system keeps, for every process, the high-water mark of
 # its resident memory: every page it touched, kernel scratch buffers included. On Linux,
-# `resident_peak_rise(fn, ...)` (in `tfm_lesson.memory`) resets that mark, runs `fn` and reads how far the mark
+# `resident_peak_rise(fn, ...)` (in `tfm_lesson.look.memory`) resets that mark, runs `fn` and reads how far the mark
 # rose:
 
 # %%

@@ -15,8 +15,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..sampling import filter_top_k, filter_top_p, next_token_probs
-from ..tokenizer import merge_pair
+from ..generate.sampling import filter_top_k, filter_top_p, next_token_probs
+from ..data.tokenizer import merge_pair
 from ._harness import Mistake, call, expect, passed
 
 __all__ = ["check_bpe_merge", "check_next_token_probs", "check_next_token_windows"]

@@ -301,7 +301,7 @@ def _reference_step(model, src, tgt, optimizer, scheduler, criterion, clip, bug:
 
 
 def _setup(model: nn.Module, kind: str):
-    from ..training import LabelSmoothingLoss, warmup_schedule
+    from ..train.loop import LabelSmoothingLoss, warmup_schedule
 
     if kind == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9)
@@ -539,19 +539,19 @@ def _ref_shift(tgt: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _ref_loss(logits: Tensor, target: Tensor, smoothing: float, pad_id: int) -> Tensor:
-    from ..training import LabelSmoothingLoss
+    from ..train.loop import LabelSmoothingLoss
 
     return LabelSmoothingLoss(smoothing, pad_id)(logits, target)
 
 
 def _ref_noam(step: int, d_model: int, warmup: int) -> float:
-    from ..training import noam_rate
+    from ..train.loop import noam_rate
 
     return noam_rate(step, d_model, warmup)
 
 
 def _ref_greedy(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int) -> Tensor:
-    from ..decoding import greedy_decode
+    from ..generate.decoding import greedy_decode
 
     return greedy_decode(model, src, max_len, bos_id, eos_id)
 

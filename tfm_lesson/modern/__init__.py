@@ -8,7 +8,7 @@ positional="rope", activation="swiglu", kv_heads=..., bias=False)``):
 - :mod:`.swiglu`: ``SwiGLU``, the gated feed-forward network;
 - :mod:`.gqa`: ``GroupedQueryAttention``, fewer key/value heads, a smaller KV cache.
 
-``python -m tfm_lesson.ablation`` (module :mod:`tfm_lesson.ablation`) reruns the ablation that chapter 16 shows.
+``python -m tfm_lesson.train.ablation`` (module :mod:`tfm_lesson.train.ablation`) reruns the ablation that chapter 16 shows.
 """
 from .gqa import GroupedQueryAttention, kv_cache_nbytes, repeat_kv
 from .rmsnorm import RMSNorm, rms_norm

@@ -1,0 +1,65 @@
+"""Chapter 03 quiz: why projections, parameters versus heads, thin heads, cross-attention."""
+from tfm_lesson.course.quiz import Question
+
+QUESTIONS = [
+    Question(
+        prompt="Without projections (Q = K = x, tokens of equal length), which is true of the scores x xᵀ?",
+        options=[
+            "Nothing special: any pattern can appear.",
+            "They are symmetric and every token's best match is itself, so a question like \"look at the "
+            "previous word\" cannot be asked.",
+            "They are all equal, so the weights are uniform.",
+        ],
+        answer=1,
+        feedback=[
+            "x_i · x_j = x_j · x_i: the table is always symmetric, and for vectors of equal length the diagonal is "
+            "the largest entry of its row.",
+            "Right: with learned W^Q ≠ W^K the score x_i W^Q (W^K)ᵀ x_jᵀ is no longer symmetric, so token i can "
+            "look at j without j looking at i.",
+            "Different tokens give different dot products; the scores are symmetric, not equal.",
+        ],
+    ),
+    Question(
+        prompt="A multi-head attention layer with d_model = 512 goes from 8 heads to 16. How does its number of "
+               "parameters change?",
+        options=["It doubles.", "It does not change.", "It halves."],
+        answer=1,
+        feedback=[
+            "More heads means thinner heads (d_k = d_model / h), not more weights: W^Q, W^K, W^V and W^O stay "
+            "d_model × d_model.",
+            "Right: 4·d_model² + 4·d_model = 1,050,624 for any number of heads, as the chapter printed.",
+            "Each projection is still d_model × d_model; the heads are slices of it.",
+        ],
+    ),
+    Question(
+        prompt="Why does each of the h heads work in d_k = d_model / h dimensions rather than d_model?",
+        options=[
+            "So that h heads together cost about as much as one full-width head.",
+            "Because the softmax only works on small vectors.",
+            "Because the scale 1/√d_k must be larger than 1/√d_model.",
+        ],
+        answer=0,
+        feedback=[
+            "Right: the h heads' queries, keys and values are slices of one d_model-wide projection, so the "
+            "compute and the parameters stay those of a single head.",
+            "The softmax acts on the scores of a row, of length k_len, whatever d_k is.",
+            "The scale follows from d_k; it is not the reason for choosing d_k.",
+        ],
+    ),
+    Question(
+        prompt="In the decoder's cross-attention (target length n, source length m), where do the queries, keys "
+               "and values come from, and what shape are one head's weights?",
+        options=[
+            "All three from the decoder; (n, n).",
+            "Queries from the decoder, keys and values from the encoder's output; (n, m).",
+            "Queries from the encoder, keys and values from the decoder; (m, n).",
+        ],
+        answer=1,
+        feedback=[
+            "That is the decoder's self-attention, its first sub-layer.",
+            "Right: each target position asks its question of the source sentence, so the map is not square, and "
+            "the padding mask is the source's.",
+            "The target positions are the ones that ask (queries); the source answers (keys and values).",
+        ],
+    ),
+]

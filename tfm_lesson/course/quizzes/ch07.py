@@ -1,0 +1,68 @@
+"""Chapter 07 quiz: where positions talk, what padding does, where the norms go, and untrained attention."""
+from tfm_lesson.course.quiz import Question
+
+QUESTIONS = [
+    Question(
+        prompt="In an encoder layer, which sub-layer lets one position's vector change another position's output?",
+        options=[
+            "The feed-forward network.",
+            "Self-attention.",
+            "The layer norms: they normalise over the sequence.",
+        ],
+        answer=1,
+        feedback=[
+            "The FFN acts on each position on its own (chapter 06): no weight connects two positions.",
+            "Right: self-attention is the only place where positions talk; everything else is position-wise.",
+            "Layer norm normalises each position's d_model features, not across positions (chapter 05).",
+        ],
+    ),
+    Question(
+        prompt="A batch holds a 6-token and a 3-token sentence, the second padded to 6 with the padding mask. "
+               "What do the second sentence's 3 real positions get, compared with encoding it alone?",
+        options=[
+            "Slightly different numbers: the padding still leaks in a little.",
+            "The same numbers: padded keys get exactly zero weight, so nothing of them reaches the real tokens.",
+            "Numbers that depend on the first sentence, since they share a batch.",
+        ],
+        answer=1,
+        feedback=[
+            "With a boolean mask the padded keys' scores become -inf and their weights exactly 0; the chapter "
+            "checks batched == alone and even fills the padding with large garbage.",
+            "Right: the mask hides padded keys, and every other operation is position-wise, so the real positions "
+            "are untouched by the padding.",
+            "Sentences in a batch never meet: attention runs within each sentence (the batch axis is never mixed).",
+        ],
+    ),
+    Question(
+        prompt="Which stack needs a final LayerNorm after its last layer?",
+        options=[
+            "The post-norm stack of the paper, x = LayerNorm(x + Sublayer(x)).",
+            "The pre-norm stack, x = x + Sublayer(LayerNorm(x)).",
+            "Neither: the layers already normalise everything.",
+        ],
+        answer=1,
+        feedback=[
+            "A post-norm layer already ends with a norm, so the paper's stack needs none after it.",
+            "Right: in pre-norm the residual stream itself is never normalised (only each branch's input is), so "
+            "the stack ends with one final LayerNorm.",
+            "In pre-norm the sum x + Sublayer(...) leaves the last layer unnormalised; that is what the final norm "
+            "is for.",
+        ],
+    ),
+    Question(
+        prompt="An untrained encoder's attention maps: what does the chapter's output show?",
+        options=[
+            "Uniform rows: with random weights every key gets the same weight.",
+            "Rows far from uniform, some nearly one-hot, yet meaningless until training.",
+            "Already the heads of a trained model: one for the previous word, one for the next.",
+        ],
+        answer=1,
+        feedback=[
+            "Random projections give scores of order one, and softmax exaggerates their differences: layer 0's rows "
+            "put 0.62 of their weight on one key on average, against 0.25 for uniform.",
+            "Right: not uniform, but not meaningful either; training (chapter 10) makes heads specialise.",
+            "Specialised heads come from training (chapter 12 shows them); untrained patterns are accidents of "
+            "the random weights.",
+        ],
+    ),
+]

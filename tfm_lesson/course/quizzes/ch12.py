@@ -1,0 +1,71 @@
+"""Chapter 12 quiz: attention entropy with masks, ablation with a hook, redundancy, and rank correlation."""
+from tfm_lesson.course.quiz import Question
+
+QUESTIONS = [
+    Question(
+        prompt="The first query of the decoder's masked self-attention sees one key. What is its normalised "
+               "entropy H / log k?",
+        options=[
+            "0, because its single weight is 1.",
+            "Undefined (0 / 0), so such queries are left out of a head's average.",
+            "1, because it attends uniformly to everything it can see.",
+        ],
+        answer=1,
+        feedback=[
+            "Its entropy H is 0, but it is divided by log 1 = 0: the ratio has no meaning, and it says nothing "
+            "about the head.",
+            "Right: with one visible key there is no choice to measure. The chapter skips such queries (and gives "
+            "them 0 in the per-query tensor, never NaN).",
+            "Uniform over one key and pointing at one key are the same thing, which is why the ratio is 0 / 0.",
+        ],
+    ),
+    Question(
+        prompt="To switch head 2 off, you zero features 2·d_k … 3·d_k − 1 of the OUTPUT of W^O. Does that remove head "
+               "2's contribution?",
+        options=[
+            "Yes: those features belong to head 2.",
+            "No: after the projection W^O every feature mixes all heads; the slice must be zeroed in W^O's input.",
+            "Yes, but only when d_k divides d_model.",
+        ],
+        answer=1,
+        feedback=[
+            "The slice belongs to head 2 only in the concatenation, before W^O mixes the heads together.",
+            "Right: a forward pre-hook on w_o sees the concatenated heads, where head h owns its own slice.",
+            "d_k always divides d_model here; the problem is where the zeroing happens, not the sizes.",
+        ],
+    ),
+    Question(
+        prompt="In the chapter, none of the four heads of the second decoder self-attention block is among the most "
+               "harmful to remove on its own, yet removing all four together costs almost every point. What does "
+               "that show?",
+        options=[
+            "That the block does nothing important.",
+            "That the heads back each other up: each alone costs far less than the block (at most 14 points "
+            "against 96.5 together).",
+            "That the ablation hook is wrong.",
+        ],
+        answer=1,
+        feedback=[
+            "If the block did nothing, removing all of it would cost nothing too.",
+            "Right: single-head ablation underestimates what a block does when its heads carry overlapping "
+            "information.",
+            "The hook was checked against a by-hand computation; the effect is real.",
+        ],
+    ),
+    Question(
+        prompt="Over 24 heads, Pearson's r between entropy and damage is −0.27, but two heads alone carry most of the "
+               "damage. Why also report Spearman's rank correlation?",
+        options=[
+            "Because Spearman's is always larger.",
+            "Because it correlates ranks, so two extreme heads count as two ranks instead of dominating the sum.",
+            "Because Pearson's r cannot be negative.",
+        ],
+        answer=1,
+        feedback=[
+            "It can be larger or smaller; it answers a different question (a monotone trend, not a line).",
+            "Right: a few outliers can make r look strong or weak; the rank correlation shows whether the trend "
+            "holds across the heads.",
+            "Pearson's r ranges from −1 to 1; its sign says whether damage rises or falls with entropy.",
+        ],
+    ),
+]

@@ -1,1 +1,0 @@
-"""The questions of each chapter's quiz: ``chNN.py`` defines ``QUESTIONS`` (see :mod:`tfm_lesson.quiz`)."""
