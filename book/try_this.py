@@ -22,7 +22,7 @@ import torch
 
 import tfm_lesson as T
 from tfm_lesson.data import load_task
-from tfm_lesson.generate.decoding import encode_texts, translate
+from tfm_lesson.decoding import encode_texts, translate
 from tfm_lesson.train.recipes import RECIPES
 from tfm_lesson.train.loop import evaluate, make_model, train
 

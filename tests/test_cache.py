@@ -10,7 +10,7 @@ import tfm_lesson.model as model_module
 from tfm_lesson.cache import CrossAttentionCache, DecoderCache, KVCache, cache_nbytes, causal_mask_with_offset
 from tfm_lesson.data import Vocab
 from tfm_lesson.modern import GroupedQueryAttention
-from tfm_lesson.generate.decoding import SYNC_EVERY, beam_search, greedy_decode, translate
+from tfm_lesson.decoding import SYNC_EVERY, beam_search, greedy_decode, translate
 
 BOS, EOS, PAD = 1, 2, 0
 

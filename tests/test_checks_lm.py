@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tfm_lesson.checks import Mistake, check_bpe_merge, check_next_token_probs, check_next_token_windows
-from tfm_lesson.generate.sampling import filter_top_k, filter_top_p
+from tfm_lesson.sampling import filter_top_k, filter_top_p
 from tfm_lesson.data.tokenizer import merge_pair
 from conftest import passes as _passes, raises_mistake as _raises  # noqa: E402
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from tfm_lesson.checks import (Mistake, check_greedy_decode, check_label_smoothing_loss, check_noam_rate,
                                check_shift_targets, check_train_step)
-from tfm_lesson.generate.decoding import greedy_decode
+from tfm_lesson.decoding import greedy_decode
 from tfm_lesson.train.loop import noam_rate
 from conftest import passes as _passes, raises_mistake as _raises  # noqa: E402
 

@@ -15,7 +15,7 @@ import torch
 import tfm_lesson
 from tfm_lesson.train.cli import main as train_main
 from tfm_lesson.train.loop import load_checkpoint
-from tfm_lesson.generate.translate import main as translate_main
+from tfm_lesson.train.translate import main as translate_main
 
 TINY = ["--d-model", "32", "--heads", "2", "--num-layers", "1", "--d-ff", "64", "--batch-size", "16",
         "--eval-limit", "10", "--test-limit", "20", "--threads", "1", "--no-progress"]
@@ -47,7 +47,7 @@ def test_train_copy_then_translate(tmp_path):
     assert (out / "model.pt").is_file()
     model, src_vocab, tgt_vocab, extra = load_checkpoint(out / "model.pt", device="cpu")
     assert extra["steps"] == 8 and len(src_vocab) == model.config.src_vocab_size
-    tr = _run(["-m", "tfm_lesson.generate.translate", str(out / "model.pt"), "1 2 3", "4 5 6 7", "--beam", "2"], tmp_path)
+    tr = _run(["-m", "tfm_lesson.train.translate", str(out / "model.pt"), "1 2 3", "4 5 6 7", "--beam", "2"], tmp_path)
     assert len(tr.stdout.splitlines()) == 2  # one line per sentence (an untrained model may print empty ones)
 
 

@@ -24,8 +24,8 @@ DEFAULT_OUTPUTS = {
     "train.cli": lambda: [train.DEFAULT_OUT, train.LM_OUT],
     "train.ablation": lambda: [ablation.DEFAULT_OUT],
     "train.reference": lambda: [reference.default_out(task) for task in reference.RECIPES],
-    "course.__init__": lambda: [], "course.quiz": lambda: [], "generate.translate": lambda: [],
-    "generate.sample_text": lambda: [],
+    "course.__init__": lambda: [], "course.quiz": lambda: [], "train.translate": lambda: [],
+    "train.generate": lambda: [],
     "course._grade_kernel": lambda: [],  # the grader's kernel: writes nothing
 }
 

@@ -6,7 +6,7 @@ import torch
 
 from tfm_lesson import Transformer, seed_everything
 from tfm_lesson.data import Vocab
-from tfm_lesson.generate.decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob, translate
+from tfm_lesson.decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob, translate
 
 BOS, EOS, PAD = 1, 2, 0
 

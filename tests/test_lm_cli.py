@@ -66,7 +66,7 @@ def test_generate_continues_the_prompt(own_text_run):
     (["--max-new-tokens", "500"], "more than the model's context of max_len=32"),
     (["--samples", "0"], "--samples must be >= 1")])
 def test_generate_usage_errors(own_text_run, flags, words, capsys):
-    from tfm_lesson.generate.sample_text import main
+    from tfm_lesson.train.generate import main
 
     root, _ = own_text_run
     code, _, err = call(main, [str(root / "out" / "lm.pt"), "the", *flags], capsys)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from tfm_lesson import quiz
-from tfm_lesson.generate.sample_text import main as generate_main
+from tfm_lesson.train.generate import main as generate_main
 from tfm_lesson.gpt import GPT, GPTConfig
 from tfm_lesson.train.lm import load_lm, save_lm
-from tfm_lesson.generate.sampling import sample_next
+from tfm_lesson.sampling import sample_next
 from tfm_lesson.data.tokenizer import BPETokenizer
 
 

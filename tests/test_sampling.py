@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from tfm_lesson.generate.sampling import filter_top_k, filter_top_p, sample_next
+from tfm_lesson.sampling import filter_top_k, filter_top_p, sample_next
 
 NEG = float("-inf")
 

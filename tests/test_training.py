@@ -138,7 +138,7 @@ def test_evaluate_perfect_when_model_is_identity(copy_data):
         pass
 
     pairs = copy_data.test[:5]
-    import tfm_lesson.generate.decoding as decoding
+    import tfm_lesson.decoding as decoding
 
     original = decoding.translate
     try:

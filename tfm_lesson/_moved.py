@@ -13,7 +13,7 @@ import sys
 # old path -> new path; a moved folder (quizzes) carries its sub-modules along
 MOVED = {
     "tokenizer": "data.tokenizer",
-    "decoding": "generate.decoding", "sampling": "generate.sampling", "translate": "generate.translate",
+    "generate": "train.generate", "translate": "train.translate",
     "training": "train.loop", "checkpoint": "train.checkpoint", "runstate": "train.runstate",
     "recipes": "train.recipes", "lm": "train.lm", "reference": "train.reference", "ablation": "train.ablation",
     "metrics": "train.metrics",

@@ -29,7 +29,7 @@ from .feedforward import PositionwiseFeedForward
 from .modern import GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU
 from .norm import LayerNorm
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
-from .generate.sampling import check_sampling, sample_next
+from .sampling import check_sampling, sample_next
 
 __all__ = ["GPTConfig", "GPTBlock", "GPT", "causal_mask_with_offset"]
 
@@ -266,7 +266,7 @@ class GPT(nn.Module):
         max_new_tokens)``.
 
         Runs in eval mode without gradients (the training flag is restored after). ``temperature=0`` is
-        greedy; see :func:`tfm_lesson.generate.sampling.sample_next`. ``use_cache=True`` feeds each new token alone
+        greedy; see :func:`tfm_lesson.sampling.sample_next`. ``use_cache=True`` feeds each new token alone
         and reuses the keys and values of the earlier ones; ``False`` recomputes the whole sequence at
         every step. Both give the same tokens. The prompt plus the new tokens must fit in the context: a
         longer request is an error (never silently cropped), with or without the cache.

@@ -60,7 +60,7 @@ from tfm_lesson import viz, widgets
 from tfm_lesson.checks import (check_greedy_decode, check_label_smoothing_loss, check_noam_rate,
                                check_shift_targets, check_train_step, yours_or_reference)
 from tfm_lesson.data import batches, encode_batch, load_task
-from tfm_lesson.generate.decoding import greedy_decode, translate
+from tfm_lesson.decoding import greedy_decode, translate
 from tfm_lesson.train.recipes import RECIPES
 from tfm_lesson.train.reference import compare_to_reference
 from tfm_lesson.train.loop import LabelSmoothingLoss, cpu_threads, evaluate, make_model, train

@@ -28,7 +28,7 @@
 # **What you will learn**
 # - a complete training run on a translation task, with its held-out scores;
 # - beam search with the GNMT length penalty, written slowly for one sentence and checked equal, on test
-#   sentences, to the batched `tfm_lesson.generate.decoding.beam_search`; beam against greedy;
+#   sentences, to the batched `tfm_lesson.decoding.beam_search`; beam against greedy;
 # - what BLEU and chrF measure (sacreBLEU computes both) and why exact match is too strict for translation;
 # - alignment maps from cross-attention; a translate-as-you-type widget;
 # - whether your run is normal, against a band of reference runs of the same recipe.
@@ -54,7 +54,7 @@ import torch
 import tfm_lesson as T
 from tfm_lesson import viz, widgets
 from tfm_lesson.data import CREDITS, encode_batch, load_task
-from tfm_lesson.generate.decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob, translate
+from tfm_lesson.decoding import beam_search, greedy_decode, length_penalty, sequence_log_prob, translate
 from tfm_lesson.checks import (check_beam_step, check_corpus_and_mean_bleu, check_length_normalised,
                                yours_or_reference)
 from tfm_lesson.train.metrics import bleu, chrf, exact_match
@@ -194,7 +194,7 @@ def beam_search_slow(model, src, k, max_len, bos_id, eos_id, alpha=0.6):
     return best[0], best[1]
 
 # %% [markdown]
-# `tfm_lesson.generate.decoding.beam_search` does the same for a whole batch at once: the $k$ beams of every sentence
+# `tfm_lesson.decoding.beam_search` does the same for a whole batch at once: the $k$ beams of every sentence
 # are rows of one tensor $(\text{batch} \cdot k, t)$, the memory is repeated $k$ times, and one `topk` over
 # the $k \times V$ extensions of each sentence picks the new beam. The rows of a tensor all have one length, so
 # a finished beam cannot simply stop: it is extended with the padding token, at no cost (its score stays as it

@@ -55,7 +55,7 @@ from tfm_lesson.checks import check_bpe_merge, check_next_token_probs, check_nex
 from tfm_lesson.data.corpus import load_corpus, random_windows
 from tfm_lesson.gpt import GPT, GPTBlock, GPTConfig
 from tfm_lesson.train.lm import complete, perplexity, prepare_lm_data, train_lm, unigram_perplexity
-from tfm_lesson.generate.sampling import filter_top_k, filter_top_p
+from tfm_lesson.sampling import filter_top_k, filter_top_p
 from tfm_lesson.data.tokenizer import GPT2_PATTERN, BPETokenizer, hf_merges, merge_pair, pretokenize, train_hf_bpe
 
 T.seed_everything(0)
@@ -639,7 +639,7 @@ check_bpe_merge(merge)
 # probabilities (re-normalised after the steps before: the softmax over the tokens top-k kept) reach `top_p`,
 # again keeping ties; then the softmax. `temperature == 0`
 # means greedy: probability 1 on the argmax of each row. You may use `filter_top_k` and `filter_top_p` from
-# `tfm_lesson.generate.sampling`, or write the filters yourself (harder: that is where the classic mistakes are).
+# `tfm_lesson.sampling`, or write the filters yourself (harder: that is where the classic mistakes are).
 
 # %%
 def next_token_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:

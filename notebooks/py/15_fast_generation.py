@@ -58,7 +58,7 @@ import tfm_lesson as T
 from tfm_lesson.cache import CrossAttentionCache, KVCache, cache_nbytes, causal_mask_with_offset
 from tfm_lesson.checks import (check_cache_memory, check_cached_attention, check_cross_attention_step,
                                check_forward_with_cache)
-from tfm_lesson.generate.decoding import beam_search, greedy_decode
+from tfm_lesson.decoding import beam_search, greedy_decode
 
 T.seed_everything(0)
 device = T.default_device()

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..generate.sampling import filter_top_k, filter_top_p, next_token_probs
+from ..sampling import filter_top_k, filter_top_p, next_token_probs
 from ..data.tokenizer import merge_pair
 from ._harness import Mistake, call, expect, passed
 

@@ -551,7 +551,7 @@ def _ref_noam(step: int, d_model: int, warmup: int) -> float:
 
 
 def _ref_greedy(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id: int) -> Tensor:
-    from ..generate.decoding import greedy_decode
+    from ..decoding import greedy_decode
 
     return greedy_decode(model, src, max_len, bos_id, eos_id)
 

@@ -432,7 +432,7 @@ def _token_names(vocab, ids: Sequence[int]) -> list[str]:
 
 def _greedy(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, max_len: int) -> list[int]:
     """The model's own greedy output (ids after BOS, EOS excluded): the target when none is typed."""
-    from ..generate.decoding import greedy_decode
+    from ..decoding import greedy_decode
 
     ids = greedy_decode(model, src, max_len, bos_id, eos_id)[0, 1:].tolist()
     return ids[: ids.index(eos_id)] if eos_id in ids else ids
@@ -622,7 +622,7 @@ def translate_widget(translate_fn: Callable[[str], object], text: str = "") -> E
 # chapter 14: sampling from a language model
 def _sampling_probs(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
     """The distribution the next token is drawn from (temperature, then top-k, then top-p), ``(vocab,)``."""
-    from ..generate.sampling import next_token_probs
+    from ..sampling import next_token_probs
 
     return next_token_probs(logits[None], temperature, top_k, top_p)[0]
 
@@ -636,7 +636,7 @@ def sampling_widget(model: nn.Module, tokenizer, prompt: str = "The", max_new_to
     top-k 0 and top-p 1.0 mean "off"; temperature 0 is greedy. The sample uses ``seed``, so a change of the
     text comes from the controls, not from chance.
     """
-    from ..train.lm import complete
+    from ..sampling import complete
 
     if not isinstance(model, nn.Module) or not hasattr(model, "generate"):
         raise TypeError(f"model must be a tfm_lesson.GPT, got {type(model).__name__}")

@@ -17,7 +17,7 @@ the last good checkpoint as it was.
 
 Progress goes to stderr (a tqdm bar) and evaluation lines to stdout; the LAST line of stdout is the JSON
 of the test split's metrics: ``exact_match``, ``bleu``, ``chrf`` (%), ``steps``, ``seconds``, ...
-Translate with ``python -m tfm_lesson.generate.translate OUT/model.pt "text"``.
+Translate with ``python -m tfm_lesson.train.translate OUT/model.pt "text"``.
 """
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ from .checkpoint import atomic_save, check_extra, checked_parts, run_state, with
 from ..data.corpus import Corpus, load_corpus, random_windows
 from ..device import auto_threads, cpu_threads, default_device, threads_for
 from ..gpt import GPT, GPTConfig
+from ..sampling import complete  # text in, text out: with the sampling it uses; kept importable here
 from .runstate import GuardedRun, TrainingDiverged, TrainingInterrupted, rng_state, set_rng_state
 from ..data.tokenizer import BPETokenizer
 from .loop import make_optimizer
@@ -297,25 +298,6 @@ def _lm_run_state(resume, model: GPT, data: LMData, settings: dict, fingerprint:
                       "the text or its tokenizer changed")
     model.load_state_dict(payload["state_dict"])
     return saved
-
-
-def complete(model: GPT, tokenizer: BPETokenizer, prompt: str = "", max_new_tokens: int = 60,
-             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-             seed: int | None = 0, use_cache: bool = True) -> str:
-    """The text ``model`` writes after ``prompt`` (the continuation only). An empty prompt starts from a
-    line break, the separator between the corpus's sentences. ``seed`` fixes the sample (``None``: fresh)."""
-    if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
-    ids = tokenizer.encode(prompt or "\n")
-    device = next(model.parameters()).device
-    generator = None
-    if seed is not None:
-        generator = torch.Generator(device=device).manual_seed(seed)
-    idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, prompt_len)
-    with threads_for(model, device):
-        out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                             use_cache=use_cache, generator=generator)
-    return tokenizer.decode(out[0, len(ids):].tolist())
 
 
 # -------------------------------------------------------------------------------------------- checkpoints

@@ -161,7 +161,7 @@ def evaluate(model: nn.Module, pairs: Sequence[tuple[str, str]], src_vocab, tgt_
     so a perfect model scores 100 on every metric. ``limit`` scores only the first ``limit`` pairs.
     ``threads``: CPU threads while decoding (``"auto"``: see :func:`cpu_threads`).
     """
-    from ..generate.decoding import translate
+    from ..decoding import translate
     from .metrics import scores
 
     pairs = list(pairs)[:limit] if limit else list(pairs)

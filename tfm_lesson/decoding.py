@@ -27,10 +27,10 @@ from typing import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from .._validate import check_positive_int
-from ..cache import causal_mask_with_offset
-from ..device import follows_thread_rule
-from ..masks import padding_mask
+from ._validate import check_positive_int
+from .cache import causal_mask_with_offset
+from .device import follows_thread_rule
+from .masks import padding_mask
 
 SYNC_EVERY = 8  # steps between checks of "has every row ended?" (each check copies one bool to the host)
 
@@ -205,7 +205,7 @@ def encode_texts(texts: Sequence[str], vocab, device: torch.device | str | None 
     """Source sentences -> padded ids ``(batch, src_len)``, each ending with ``</s>`` as in training."""
     if isinstance(texts, str):
         raise TypeError("texts must be a list of strings; wrap a single sentence in a list")
-    from ..data import encode_batch
+    from .data import encode_batch
 
     return encode_batch(list(texts), vocab, device=device)
 

@@ -1,7 +1,7 @@
 """Translate with a checkpoint saved by ``python -m tfm_lesson.train``.
 
-    python -m tfm_lesson.generate.translate runs/model/model.pt "three black cats" --beam 4
-    echo "twenty-one" | python -m tfm_lesson.generate.translate runs/model/model.pt -      # one sentence per line
+    python -m tfm_lesson.train.translate runs/model/model.pt "three black cats" --beam 4
+    echo "twenty-one" | python -m tfm_lesson.train.translate runs/model/model.pt -      # one sentence per line
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tfm_lesson.generate.translate", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tfm_lesson.train.translate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", help="model.pt written by tfm_lesson.train")
     p.add_argument("text", nargs="+", help="sentences to translate, or - to read them from stdin")
@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--beam must be >= 1 (1 = greedy), got {args.beam}")
     if not (math.isfinite(args.alpha) and args.alpha >= 0):
         p.error(f"--alpha must be a finite number >= 0, got {args.alpha}")
-    from .decoding import translate
-    from ..train.checkpoint import load_checkpoint
+    from ..decoding import translate
+    from .checkpoint import load_checkpoint
     from ..device import parse_device
 
     try:

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--device {args.device} is not available here ({why}); "
                          "use --device cpu, or leave it out to take a GPU when there is one")
 
-    from ..train.lm import complete, load_lm
+    from .lm import complete, load_lm
 
     try:
         model, tokenizer, _ = load_lm(args.checkpoint, device=args.device)

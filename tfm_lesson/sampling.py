@@ -1,4 +1,5 @@
-"""Choosing the next token from a language model's logits: greedy, temperature, top-k, top-p.
+"""Choosing the next token from a language model's logits: greedy, temperature, top-k, top-p; and
+:func:`complete`, the text a language model writes after a prompt.
 
     probs = softmax(logits / temperature)      temperature -> 0: greedy; 1: the model's distribution
     top-k: keep the k largest logits           top-p (nucleus): keep the most probable tokens until their
@@ -11,9 +12,12 @@ the order of tied tokens in the vocabulary.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["filter_top_k", "filter_top_p", "next_token_probs", "sample_next", "check_sampling"]
+from .data.tokenizer import BPETokenizer
+from .device import threads_for
+
+__all__ = ["filter_top_k", "filter_top_p", "next_token_probs", "sample_next", "check_sampling", "complete"]
 
 
 def _check_logits(logits: object) -> Tensor:
@@ -128,3 +132,23 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
         return logits.argmax(dim=-1)  # (batch,)
     probs = next_token_probs(logits, temperature, top_k, top_p)  # (batch, vocab)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (batch,)
+
+
+def complete(model: nn.Module, tokenizer: BPETokenizer, prompt: str = "", max_new_tokens: int = 60,
+             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+             seed: int | None = 0, use_cache: bool = True) -> str:
+    """The text ``model`` (a :class:`tfm_lesson.GPT`, or any model with its ``generate``) writes after ``prompt``
+    (the continuation only). An empty prompt starts from a
+    line break, the separator between the corpus's sentences. ``seed`` fixes the sample (``None``: fresh)."""
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+    ids = tokenizer.encode(prompt or "\n")
+    device = next(model.parameters()).device
+    generator = None
+    if seed is not None:
+        generator = torch.Generator(device=device).manual_seed(seed)
+    idx = torch.tensor([ids], dtype=torch.long, device=device)  # (1, prompt_len)
+    with threads_for(model, device):
+        out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                             use_cache=use_cache, generator=generator)
+    return tokenizer.decode(out[0, len(ids):].tolist())
