@@ -1,0 +1,95 @@
+"""The grader's sandbox: each submission's kernel runs inside its own bubblewrap (``bwrap``) container.
+
+What the code inside sees: the system read-only (``/usr``, ``/etc``, the libraries), Python and the installed
+packages read-only, this package read-only, the folder its kernel talks through, and a private scratch folder as its
+working directory and ``HOME``; ``/tmp`` is empty and private. It does not see the instructor's chapter, the other
+submissions, the grades, the grader's working folder or any other file of the machine. It runs in new namespaces
+(processes, network, IPC, hostname, user): no network at all, and ``/proc`` shows only its own processes, so the
+grader's command line and folders are out of reach. When the kernel ends, everything it started ends with it (the
+first process of a process namespace takes every other one down when it exits), so nothing outlives the grade.
+
+What it does not do: limit CPU time (the grader's per-cell time limit does), or hide the Python and package versions.
+Linux only; :func:`sandbox_command` says why when it cannot be used.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+_SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces here; the message says which and what to do."""
+
+
+def _python_roots() -> list[Path]:
+    """Where the running Python and its packages live: every such folder is shown read-only."""
+    roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix),
+             Path(os.path.realpath(sys.executable)).parent.parent}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        roots.add(Path(sysconfig.get_paths()[key]))
+    for entry in sys.path:  # site-packages of a --user install, a .pth-added folder
+        if entry and "site-packages" in entry and Path(entry).is_dir():
+            roots.add(Path(entry))
+    return sorted({r.resolve() for r in roots if r.exists()}, key=lambda p: len(p.parts))
+
+
+def _package_root() -> Path:
+    return Path(__file__).resolve().parent.parent  # .../tfm_lesson
+
+
+def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), bwrap: str | None = None) -> list[str]:
+    """``argv`` wrapped so that it runs in the sandbox, with ``scratch`` (read-write) as its working folder and
+    ``HOME``, and each folder of ``shared`` read-write at its own path (the kernel's connection folder). Raises
+    :class:`SandboxUnavailable` where bubblewrap is missing."""
+    bwrap = bwrap or shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed, so submissions cannot be graded in a sandbox: install it "
+            "(Debian/Ubuntu: apt-get install bubblewrap; `make setup` does on Linux), or pass --no-sandbox to run "
+            "student code with your own user's rights (every report then says so)")
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for folder in _SYSTEM:
+        if Path(folder).exists():
+            args += ["--ro-bind", folder, folder] if not Path(folder).is_symlink() else \
+                ["--symlink", os.readlink(folder), folder]
+    shown: list[Path] = []
+    for root in _python_roots() + [_package_root()]:
+        if not any(root.is_relative_to(s) for s in shown) and not any(root.is_relative_to(f) for f in _SYSTEM):
+            args += ["--ro-bind", str(root), str(root)]
+            shown.append(root)
+    for folder in [*shared, scratch]:
+        folder = Path(folder).resolve()
+        args += ["--bind", str(folder), str(folder)]
+    scratch = Path(scratch).resolve()
+    env = {"HOME": str(scratch), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+           "PYTHONPATH": str(_package_root().parent), "MPLCONFIGDIR": str(scratch / ".matplotlib"),
+           "TMPDIR": "/tmp"}
+    for key in ("TFM_CHECK_TIME_LIMIT", "TFM_DEVICE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MPLBACKEND",
+                "PYTHONHASHSEED", "HF_HUB_OFFLINE"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    for key, value in sorted(env.items()):
+        args += ["--setenv", key, value]
+    return [*args, "--chdir", str(scratch), "--", *argv]
+
+
+def check_sandbox(bwrap: str | None = None) -> None:
+    """Run ``true`` in the sandbox once; :class:`SandboxUnavailable` with bubblewrap's own words if it cannot."""
+    scratch = Path(os.environ.get("TMPDIR", "/tmp"))
+    command = sandbox_command(["/bin/true"], scratch=scratch, bwrap=bwrap)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailable(f"bubblewrap could not run ({exc}); pass --no-sandbox to grade without it") from None
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SandboxUnavailable(
+            f"bubblewrap cannot create a sandbox here ({why}); on a system that forbids unprivileged user "
+            "namespaces, allow them (sysctl kernel.unprivileged_userns_clone=1) or pass --no-sandbox")
