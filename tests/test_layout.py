@@ -71,6 +71,22 @@ def test_the_graph_sees_lazy_imports():
     assert "tfm_lesson.train.reference" not in graph["tfm_lesson.train.loop"]  # the circle of old: gone
 
 
+def _into_own_package(graph: dict[str, set[str]], packages: set[str]) -> list[str]:
+    """Imports from a module inside a folder up to that folder's ``__init__`` (a ``__main__`` excepted)."""
+    return sorted(f"{name} -> {package}" for name, targets in graph.items() for package in targets & packages
+                  if name.startswith(package + ".") and not name.endswith(".__main__"))
+
+
+def test_no_module_imports_its_own_folders_init():
+    """A module in a folder (``look/viz/axes.py``) imports its siblings, never the folder's ``__init__``, which
+    imports it: the arrows point down, from the ``__init__`` that re-exports to the modules that define."""
+    graph = _imports()
+    packages = {name for name in graph if (ROOT / name.replace(".", "/") / "__init__.py").is_file()}
+    assert {"tfm_lesson.look.viz", "tfm_lesson.look.widgets"} <= packages
+    assert _into_own_package(graph, packages) == []
+    assert _into_own_package({"a.b": {"a"}, "a.__main__": {"a"}, "a": {"a.b"}}, {"a"}) == ["a.b -> a"]
+
+
 def _docstrings(tree: ast.AST) -> set[int]:
     found = set()
     for node in ast.walk(tree):
