@@ -89,7 +89,7 @@ print("running on", device.type)
 # of the embeddings and the positional encodings at the bottom of both stacks (chapter 09). Implementations add
 # two more. Dropout on the **attention weights** (after the softmax, before they average the values) and on the
 # feed-forward's **hidden units** (after the ReLU) are not in the paper; the authors' own code, tensor2tensor,
-# added them later as `attention_dropout` and `relu_dropout` (0 in its first base settings, 0.1 from
+# has both as `attention_dropout` and `relu_dropout` (0 in its first base settings, 0.1 from
 # `transformer_base_v2`), and `nn.TransformerEncoderLayer` drops out at all three places of a layer with its
 # one `dropout`. tfm_lesson names each site:
 #
