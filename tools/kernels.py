@@ -11,7 +11,8 @@ outputs print that is not the same under every setting.
 
 Numbers are read cell by cell from ``stream`` and ``text/plain`` outputs, in order. Times and speeds
 (``12.3 s``, ``40 ms``, ``350 tokens/s``) and progress bars move on any loaded machine: they are taken out of
-the lines before comparing, unless ``--keep-timings``. A cell whose count of numbers differs between settings is reported whole.
+the lines before comparing, unless ``--keep-timings``. A cell whose count of numbers differs between settings is
+reported whole.
 """
 from __future__ import annotations
 
