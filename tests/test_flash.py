@@ -74,8 +74,45 @@ def test_forward_with_different_lengths_and_d_v(q_len, k_len, block):
     q, k, v = _qkv(q_len=q_len, k_len=k_len, d_v=5)
     torch.testing.assert_close(flash_attention(q, k, v, block_size=block), F.scaled_dot_product_attention(q, k, v),
                                **TOL)
-    want = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(max(q_len, k_len))[:q_len, :k_len])
-    torch.testing.assert_close(flash_attention(q, k, v, block_size=block, causal=True), want, **TOL)
+    torch.testing.assert_close(flash_attention(q, k, v, block_size=block, causal=True),
+                               fast_attention(q, k, v, _bottom_right(q_len, k_len)), **TOL)
+
+
+def _bottom_right(q_len: int, k_len: int) -> torch.Tensor:
+    """The causal mask of q_len queries that are the last q_len positions of a k_len-long sequence, (q_len, k_len),
+    written out plainly: query i (position i + k_len - q_len) sees key j when j <= i + k_len - q_len."""
+    i = torch.arange(q_len).unsqueeze(-1) + (k_len - q_len)
+    return torch.arange(k_len) <= i
+
+
+def test_bottom_right_mask_is_flash_attention_s_example():
+    # the FlashAttention 2.1+ docstring's two examples (1 = keep): q 2 x k 5, and q 5 x k 2
+    assert _bottom_right(2, 5).int().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    assert _bottom_right(5, 2).int().tolist() == [[0, 0], [0, 0], [0, 0], [1, 0], [1, 1]]
+
+
+@pytest.mark.parametrize("block", [1, 3, 4, 64])
+def test_causal_decode_step_sees_every_cached_key(block):
+    # one new query against 10 cached keys: the causal rule must let it see all of them (bottom-right), not key 0
+    q, k, v = _qkv(q_len=1, k_len=10)
+    got = flash_attention(q, k, v, block_size=block, causal=True)
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v), **TOL)  # no mask: the whole past
+    assert not torch.allclose(got, v[:, :, :1], atol=1e-3)  # a top-left mask would return value 0 alone
+    # prefill then decode: the last 3 queries of a causal run over 12 positions, computed on their own
+    q, k, v = _qkv(q_len=12, k_len=12)
+    full = flash_attention(q, k, v, block_size=block, causal=True)
+    torch.testing.assert_close(flash_attention(q[:, :, -3:], k, v, block_size=block, causal=True), full[:, :, -3:],
+                               **TOL)
+
+
+@pytest.mark.parametrize("q_len,k_len", [(3, 8), (8, 3)])
+def test_causal_gradients_with_different_lengths(q_len, k_len):
+    q, k, v = _qkv(batch=1, heads=2, q_len=q_len, k_len=k_len, d_k=4, d_v=4, dtype=torch.float64, grad=True)
+    assert torch.autograd.gradcheck(lambda a, b, c: flash_attention(a, b, c, block_size=2, causal=True), (q, k, v))
+    want = torch.autograd.grad(fast_attention(q, k, v, _bottom_right(q_len, k_len)).sum(), (q, k, v))
+    got = torch.autograd.grad(flash_attention(q, k, v, block_size=2, causal=True).sum(), (q, k, v))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
 
 
 @pytest.mark.parametrize("block", [1, 3, 4, 16])

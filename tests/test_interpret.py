@@ -299,3 +299,32 @@ def test_modules_found_in_a_plain_mha():
     assert attention_modules(torch.nn.Sequential(mha))[0][1] is mha
     with pytest.raises(ValueError, match="no tfm_lesson MultiHeadAttention"):
         attention_modules(torch.nn.Linear(2, 2))
+
+
+def test_spearman_p_value_exact_for_few_heads():
+    from tfm_lesson.look.interpret import spearman_p_value
+
+    assert spearman_p_value([1, 2, 3, 4], [1, 2, 3, 4]) == pytest.approx(2 / 24)  # the order and its reverse
+    x = list(range(8))
+    # the two-sided 5% critical value of Spearman's rho at n = 8 is 0.738 (tables): p just below 0.05 there
+    # rho 0.76 and 0.71, on either side of the critical value
+    assert spearman_p_value(x, [0, 2, 1, 4, 7, 3, 6, 5]) < 0.05 < spearman_p_value(x, [0, 1, 2, 4, 7, 6, 3, 5])
+    assert spearman_p_value(x, x[::-1]) == spearman_p_value(x, x)  # two-sided
+
+
+def test_spearman_p_value_sampled_for_many_heads_and_checked():
+    from tfm_lesson.look.interpret import spearman, spearman_p_value
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.arange(24.0)
+    y = x + 9 * torch.randn(24, generator=gen)
+    p = spearman_p_value(x, y, samples=20_000)
+    # an independent estimate: spearman itself over 2,000 shuffles of y
+    rho = abs(spearman(x, y))
+    hits = sum(abs(spearman(x, y[torch.randperm(24, generator=gen)])) >= rho - 1e-12 for _ in range(2000))
+    assert 0 < p < 0.2 and p == pytest.approx(hits / 2000, abs=0.03)
+    assert spearman_p_value(x, y, samples=20_000) == p  # seeded
+    with pytest.raises(ValueError, match="samples"):
+        spearman_p_value(x, y, samples=0)
+    with pytest.raises(ValueError, match="same length"):
+        spearman_p_value([1, 2, 3], [1, 2])

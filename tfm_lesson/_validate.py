@@ -18,6 +18,11 @@ def check_probability(value: object, name: str) -> float:
     return float(value)
 
 
+def site_probability(value: object, name: str, default: float) -> float:
+    """A dropout site's own probability ``value``, or ``default`` (the shared ``dropout``) when it is None."""
+    return float(default) if value is None else check_probability(value, name)
+
+
 def check_features(x: object, name: str, d_model: int, dims: str = "(batch, seq_len, d_model)") -> Tensor:
     """``x`` must be a floating tensor shaped ``dims`` whose last size is ``d_model``."""
     if not isinstance(x, Tensor):

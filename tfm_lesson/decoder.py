@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ._validate import check_features, check_positive_int
+from ._validate import check_features, check_positive_int, site_probability
 from .attention import MultiHeadAttention
 from .cache import CrossAttentionCache, DecoderCache, KVCache
 from .feedforward import PositionwiseFeedForward
@@ -16,15 +16,22 @@ __all__ = ["DecoderLayer", "Decoder"]
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention (queries from the decoder, keys and values from the memory),
-    feed-forward. ``norm_first=False`` is the paper's post-norm. Matches ``nn.TransformerDecoderLayer``."""
+    feed-forward. ``norm_first=False`` is the paper's post-norm. Matches ``nn.TransformerDecoderLayer``.
+
+    Dropout sites as in :class:`~tfm_lesson.encoder.EncoderLayer`: ``dropout`` on each sub-layer's output (the
+    paper's), ``attention_dropout`` on both attentions' weights, ``activation_dropout`` on the feed-forward hidden
+    units (each ``dropout`` when None)."""
 
     def __init__(self, d_model: int, heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
-                 activation: str = "relu", eps: float = 1e-5, bias: bool = True) -> None:
+                 activation: str = "relu", eps: float = 1e-5, bias: bool = True,
+                 attention_dropout: float | None = None, activation_dropout: float | None = None) -> None:
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(d_model, heads, dropout, bias)
-        self.cross_attn = MultiHeadAttention(d_model, heads, dropout, bias)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+        attention_dropout = site_probability(attention_dropout, "attention_dropout", dropout)
+        activation_dropout = site_probability(activation_dropout, "activation_dropout", dropout)
+        self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout, bias)
+        self.cross_attn = MultiHeadAttention(d_model, heads, attention_dropout, bias)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation_dropout, activation, bias)
         self.norm1 = LayerNorm(d_model, eps, bias)
         self.norm2 = LayerNorm(d_model, eps, bias)
         self.norm3 = LayerNorm(d_model, eps, bias)
@@ -65,15 +72,17 @@ class DecoderLayer(nn.Module):
 
 class Decoder(nn.Module):
     """``num_layers`` decoder layers, optionally followed by a final LayerNorm (``final_norm`` as in
-    :class:`tfm_lesson.Encoder`)."""
+    :class:`tfm_lesson.Encoder`); the dropout settings go to every layer."""
 
     def __init__(self, d_model: int, heads: int, d_ff: int, num_layers: int, dropout: float = 0.1,
                  norm_first: bool = False, activation: str = "relu", eps: float = 1e-5, bias: bool = True,
-                 final_norm: bool | None = None) -> None:
+                 final_norm: bool | None = None, attention_dropout: float | None = None,
+                 activation_dropout: float | None = None) -> None:
         super().__init__()
         check_positive_int(num_layers, "num_layers")
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, heads, d_ff, dropout, norm_first, activation, eps, bias) for _ in range(num_layers))
+            DecoderLayer(d_model, heads, d_ff, dropout, norm_first, activation, eps, bias, attention_dropout,
+                         activation_dropout) for _ in range(num_layers))
         self.norm = LayerNorm(d_model, eps, bias) if (norm_first if final_norm is None else final_norm) else None
 
     def new_cache(self, max_len: int | None = None) -> list[DecoderCache]:

@@ -84,12 +84,13 @@ def _as_4d(mask: Tensor | None) -> Tensor | None:
     return None if mask is None else mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
 
 
-def _visible(mask: Tensor | None, causal: bool, q0: int, q1: int, k0: int, k1: int,
-             device: torch.device) -> Tensor | None:
+def _visible(mask: Tensor | None, causal: bool, q0: int, q1: int, k0: int, k1: int, device: torch.device,
+             offset: int = 0) -> Tensor | None:
     """Which keys k0..k1-1 the queries q0..q1-1 may see, ``(batch|1, heads|1, block_q|1, block_k)`` or None (all).
 
-    The causal rule compares *positions in the whole sequence*: query i sees key j when j <= i, with
-    i = q0 + row and j = k0 + column, not the row and column inside the tile.
+    The causal rule compares *positions in the whole sequence*: query i sees key j when j <= i + offset, with
+    i = q0 + row and j = k0 + column, not the row and column inside the tile. ``offset = k_len - q_len`` aligns
+    the last query with the last key (bottom-right): the queries are the *last* q_len positions of the sequence.
     """
     allowed = None
     if mask is not None:
@@ -98,7 +99,7 @@ def _visible(mask: Tensor | None, causal: bool, q0: int, q1: int, k0: int, k1: i
     if causal:
         rows = torch.arange(q0, q1, device=device).unsqueeze(-1)  # (block_q, 1): positions of the queries
         cols = torch.arange(k0, k1, device=device)  # (block_k,): positions of the keys
-        below = cols <= rows  # (block_q, block_k)
+        below = cols <= rows + offset  # (block_q, block_k)
         allowed = below if allowed is None else allowed & below
     return allowed
 
@@ -113,7 +114,7 @@ def _forward(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, cau
     scaled scores ``(batch, heads, q_len)`` (``-inf`` for a query that sees no key)."""
     batch, heads, q_len, d_k = query.shape
     k_len, d_v = key.size(2), value.size(3)
-    scale = 1.0 / math.sqrt(d_k)
+    scale, offset = 1.0 / math.sqrt(d_k), k_len - q_len  # offset: the queries are the sequence's last q_len positions
     out = query.new_zeros(batch, heads, q_len, d_v)
     lse = query.new_full((batch, heads, q_len), float("-inf"))
     for q0 in range(0, q_len, block_size):
@@ -124,10 +125,10 @@ def _forward(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, cau
         acc = query.new_zeros(batch, heads, q1 - q0, d_v)  # running sum of exp(score - m) * value
         for k0 in range(0, k_len, block_size):
             k1 = min(k0 + block_size, k_len)
-            if causal and k0 > q1 - 1:  # every key of this tile comes after every query of the tile: skip it
+            if causal and k0 > q1 - 1 + offset:  # every key of this tile comes after every query of the tile: skip it
                 break
             s = q_blk @ key[:, :, k0:k1].transpose(-2, -1) * scale  # (batch, heads, block_q, block_k)
-            allowed = _visible(mask, causal, q0, q1, k0, k1, query.device)
+            allowed = _visible(mask, causal, q0, q1, k0, k1, query.device, offset)
             if allowed is not None:
                 s = s.masked_fill(~allowed, float("-inf"))
             m_new = torch.maximum(m, s.amax(dim=-1))  # (batch, heads, block_q)
@@ -148,7 +149,7 @@ def _backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: 
     """Gradients of the tiled attention, tile by tile: each tile's probabilities are recomputed from the queries,
     the keys and the saved log-sum-exp, ``P = exp(S - lse)``, never stored."""
     q_len, k_len, d_k = query.size(2), key.size(2), query.size(3)
-    scale = 1.0 / math.sqrt(d_k)
+    scale, offset = 1.0 / math.sqrt(d_k), k_len - q_len
     grad_q, grad_k, grad_v = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
     delta = (grad_out * out).sum(dim=-1)  # (batch, heads, q_len): sum_j P_ij dP_ij = rowsum(dO * O)
     safe_lse = torch.where(_negative_inf(lse), 0.0, lse)
@@ -157,11 +158,11 @@ def _backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Tensor, out: 
         q_blk, do_blk = query[:, :, q0:q1], grad_out[:, :, q0:q1]  # (batch, heads, block_q, d_k | d_v)
         for k0 in range(0, k_len, block_size):
             k1 = min(k0 + block_size, k_len)
-            if causal and k0 > q1 - 1:
+            if causal and k0 > q1 - 1 + offset:
                 break
             k_blk, v_blk = key[:, :, k0:k1], value[:, :, k0:k1]
             s = q_blk @ k_blk.transpose(-2, -1) * scale  # (batch, heads, block_q, block_k)
-            allowed = _visible(mask, causal, q0, q1, k0, k1, query.device)
+            allowed = _visible(mask, causal, q0, q1, k0, k1, query.device, offset)
             if allowed is not None:
                 s = s.masked_fill(~allowed, float("-inf"))
             p = torch.exp(s - safe_lse[:, :, q0:q1].unsqueeze(-1))  # the tile of probabilities, recomputed
@@ -205,8 +206,12 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | No
     query ``(batch, heads, q_len, d_k)``, key ``(batch, heads, k_len, d_k)``, value ``(batch, heads, k_len, d_v)``;
     mask: boolean, True = may attend, broadcastable to ``(batch, heads, q_len, k_len)`` (a padding mask
     ``(batch, 1, 1, k_len)``, a causal mask ``(q_len, k_len)``, ...); ``causal=True`` applies the causal rule
-    itself (query i sees keys 0..i) and skips the tiles that lie wholly above the diagonal; ``block_size``: the
-    number of queries and of keys per tile, any positive int (the last tile may be shorter).
+    itself and skips the tiles that lie wholly above the diagonal: query i sees keys 0..i + k_len - q_len, the
+    mask aligned bottom-right as in FlashAttention 2.1 and later, so that ``q_len`` new queries against
+    ``k_len`` cached keys (one decode step: ``q_len = 1``) see the whole past; with ``q_len = k_len`` this is the
+    square rule j <= i (SDPA's ``is_causal``, which aligns top-left, differs only when the lengths differ); a
+    query left with no key (``q_len > k_len``) gets 0. ``block_size``: the number of queries and of keys per
+    tile, any positive int (the last tile may be shorter).
 
     Returns ``(batch, heads, q_len, d_v)``; a query that may see no key gets 0. Differentiable: the backward pass
     recomputes each tile (:class:`FlashAttention`).

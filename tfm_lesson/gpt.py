@@ -47,8 +47,9 @@ class GPTConfig:
 
     ``final_norm`` adds a layer norm after the last block; it only applies with pre-norm (``norm_first``),
     since a post-norm block already ends with a norm. ``kv_heads``: heads for keys and values (``None``:
-    as many as ``heads``). ``dropout`` applies to the embeddings and to each sub-layer's output;
-    ``attention_dropout`` to the attention weights (``None``: ``dropout``; Llama has only this one).
+    as many as ``heads``). ``dropout`` applies to the embeddings, to each sub-layer's output and to the
+    feed-forward's hidden units; ``attention_dropout`` to the attention weights (``None``: ``dropout``; Llama has
+    only this one).
     """
 
     vocab_size: int

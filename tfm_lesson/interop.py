@@ -159,6 +159,11 @@ def from_torch(module: nn.Module) -> nn.Module:
 
 def _layer_kwargs(layer: EncoderLayer | DecoderLayer) -> dict:
     attn = layer.self_attn
+    rates = {"dropout": layer.dropout1.p, "attention_dropout": attn.dropout,
+             "activation_dropout": layer.feed_forward.dropout.p}
+    if len(set(rates.values())) > 1:
+        raise ValueError(f"to_torch: torch's layers take one dropout for every site, got {rates}; give the three "
+                         "sites the same rate to convert")
     return dict(d_model=attn.d_model, nhead=attn.heads, dim_feedforward=layer.feed_forward.d_ff,
                 dropout=attn.dropout, activation=layer.feed_forward.activation, layer_norm_eps=layer.norm1.eps,
                 batch_first=True, norm_first=layer.norm_first, bias=attn.w_q.bias is not None)

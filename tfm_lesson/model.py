@@ -26,6 +26,10 @@ class TransformerConfig:
 
     ``src_vocab_size``/``tgt_vocab_size`` are numbers of tokens (``src_vocab``/``tgt_vocab`` elsewhere in the
     package are the :class:`~tfm_lesson.data.Vocab` objects); ``max_len`` is the most positions the model sees.
+
+    Dropout: the paper (section 5.4) drops out each sub-layer's output and the sums of embeddings and positions,
+    both at ``dropout``. By default the attention weights and the feed-forward hidden units are dropped out at the
+    same rate too, as ``nn.Transformer`` does; ``attention_dropout=0.0, activation_dropout=0.0`` is the paper's.
     """
 
     src_vocab_size: int = 37000
@@ -37,7 +41,10 @@ class TransformerConfig:
     # (make_model, GPTConfig, the recipes), which make_model gives to both stacks.
     num_encoder_layers: int = 6
     num_decoder_layers: int = 6
-    dropout: float = 0.1
+    dropout: float = 0.1  # P_drop (paper, section 5.4): each sub-layer's output, before the residual sum
+    embedding_dropout: float | None = None  # on embeddings + positions (the paper's second site); None: dropout
+    attention_dropout: float | None = None  # on the attention weights (not in the paper); None: dropout
+    activation_dropout: float | None = None  # on the feed-forward hidden units (not in the paper); None: dropout
     max_len: int = 5000
     positional: str = "sinusoidal"  # or "learned"
     norm_first: bool = False  # False: post-norm (the paper); True: pre-norm
@@ -55,6 +62,9 @@ class TransformerConfig:
                      "num_decoder_layers", "max_len"):
             check_positive_int(getattr(self, name), name)
         check_probability(self.dropout, "dropout")
+        for name in ("embedding_dropout", "attention_dropout", "activation_dropout"):
+            if getattr(self, name) is not None:
+                check_probability(getattr(self, name), name)
         for name in ("norm_first", "share_embeddings", "tie_embeddings", "bias", "final_norm"):
             value = getattr(self, name)
             if not isinstance(value, bool) and not (name == "final_norm" and value is None):
@@ -113,9 +123,10 @@ class Transformer(nn.Module):
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model)
         positional = SinusoidalPositionalEncoding if c.positional == "sinusoidal" else LearnedPositionalEncoding
         self.positional = positional(c.d_model, c.max_len)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = nn.Dropout(c.dropout if c.embedding_dropout is None else c.embedding_dropout)
         stack = dict(d_model=c.d_model, heads=c.heads, d_ff=c.d_ff, dropout=c.dropout, norm_first=c.norm_first,
-                     activation=c.activation, eps=c.eps, bias=c.bias, final_norm=c.final_norm)
+                     activation=c.activation, eps=c.eps, bias=c.bias, final_norm=c.final_norm,
+                     attention_dropout=c.attention_dropout, activation_dropout=c.activation_dropout)
         self.encoder = Encoder(num_layers=c.num_encoder_layers, **stack)
         self.decoder = Decoder(num_layers=c.num_decoder_layers, **stack)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)

@@ -41,7 +41,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # - the shapes attention lives in: `(batch, seq_len, d_model)` for a batch of sentences, and
 #   `(batch, heads, q_len, k_len)` for attention weights (every one of these words is defined just below);
 # - batched matrix products, `transpose(-2, -1)` versus `.T`, broadcasting from the right, `view` versus `reshape`;
-# - choosing a device and fixing seeds, so the same code runs on a laptop CPU and a Colab GPU, reproducibly;
+# - choosing a device and fixing seeds, so the same code runs on a laptop CPU and a Colab GPU, and a run repeats
+#   its numbers on one machine;
 # - a **shape tracer** that runs a model once and lists what goes in and out of every part of it.
 
 # %% [markdown]
@@ -145,8 +146,9 @@ device = tfm_lesson.default_device()
 # orders, the last bits differ, and over hundreds of training steps such differences grow into another loss in
 # the second or third decimal, another score by a few points, or another word in a sample. A GPU differs more
 # (other kernels, and mixed precision, the 16-bit arithmetic of chapter 10, in chapters 10 to 12 and 17). The
-# text says, next to such figures, that they are the stored run's; the conclusions drawn from them hold on
-# any machine.
+# text says, next to such figures, that they are the stored run's. Where a conclusion depends on such a figure
+# (which head matters most, whether a correlation is significant), the chapter says how far it moved when the
+# same seed ran under PyTorch's other CPU kernels, and compares your printed value with that range.
 
 # %%
 print("device:", device)
@@ -503,7 +505,8 @@ T.quiz.show("00")
 #   save you from merging heads without the transpose.
 # - Attention replaced recurrence because it computes every position at once and connects any two tokens in
 #   one step; its cost grows with the square of the sentence length.
-# - `default_device()` and `seed_everything(0)` make the same notebook run on CPU or GPU, reproducibly.
+# - `default_device()` and `seed_everything(0)` make the same notebook run on CPU or GPU, and repeat its numbers
+#   on one machine (another machine may print slightly different trained figures).
 # - `trace_shapes` shows every submodule's input and output shapes — use it whenever a model surprises you.
 #
 # Next, chapter 01 turns these three moves into scaled dot-product attention and measures why the scores are

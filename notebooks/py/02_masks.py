@@ -29,9 +29,9 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # Attention lets every query look at every key. Twice in the Transformer that is wrong: a batch is padded with
 # filler tokens that are not part of any sentence, and a decoder that learns to predict the next word must not
 # peek at it. Both are handled the same way, by a **mask** that removes keys before the softmax. This chapter
-# builds both masks and makes them broadcast to every head and every query. An optional part then looks at the
+# builds both masks and makes them broadcast to every head and every query. A last part then looks at the
 # corner cases where from-scratch implementations go wrong: a query that may see *nothing*, and half-precision
-# numbers.
+# numbers; exercise 3 and chapter 03 build on it, so do not skip it.
 #
 # **What you will learn**
 #
@@ -42,7 +42,7 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # - proofs that masking works: padded keys get weight exactly 0, and changing them (or the future) changes
 #   nothing;
 # - why masking after the softmax and renormalising gives the same weights as masking before;
-# - in an optional part before the exercises: what a fully masked row does with $-\infty$ (NaN, shown), how `tfm_lesson`
+# - in a part before the exercises, which exercise 3 and chapter 03 need: what a fully masked row does with $-\infty$ (NaN, shown), how `tfm_lesson`
 #   returns zeros instead, why the popular $-10^9$ overflows `float16` (shown), and how `nn.MultiheadAttention`'s
 #   opposite convention goes wrong.
 
@@ -98,7 +98,7 @@ device = tfm_lesson.default_device()
 #
 # **Polarity.** `tfm_lesson` and `F.scaled_dot_product_attention` use True = *may attend*.
 # `nn.MultiheadAttention`'s `attn_mask` and `key_padding_mask` use True = *blocked* (not allowed). Neither is
-# wrong; mixing them is the classic bug (the optional part before the exercises shows it).
+# wrong; mixing them is the classic bug (the corner cases before the exercises show it).
 
 # %% [markdown]
 # ## Build it: the padding mask
@@ -255,11 +255,12 @@ viz.show_attention(weights[1, 0], x_tokens=names, y_tokens=names,
 widgets.mask_explorer(lengths=(6, 4), causal=True)
 
 # %% [markdown]
-# ## Going deeper (optional): three corner cases
+# ## Going deeper: three corner cases
 #
-# Everything above is what the next chapters need. This part looks at three places where from-scratch
-# implementations go wrong: a mask with the opposite convention, a query that may see nothing at all, and
-# half-precision numbers. Exercise 3 below uses the second; chapter 03 reuses its answer.
+# This part looks at three places where from-scratch implementations go wrong: a mask with the opposite
+# convention, a query that may see nothing at all, and half-precision numbers. It is not optional: exercise 3
+# below needs the second and third, and chapter 03 needs all three (it reuses exercise 3's answer and meets
+# `nn.MultiheadAttention`'s convention again).
 
 # %% [markdown]
 # ### The opposite convention: `nn.MultiheadAttention`
@@ -423,7 +424,7 @@ check_causal_mask(my_causal_mask)
 # Write `masked_softmax(scores, mask)`: `scores` is `(..., q_len, k_len)`, `mask` is boolean (True = may
 # attend) and broadcasts to it. Return the attention weights: blocked keys get 0, each row with a visible key
 # sums to 1, and a row with **no** visible key is all zeros — never NaN. It must work in `float16` and
-# `bfloat16` too (so: no $-10^9$). The optional part above explains both rules; the short version: find the rows
+# `bfloat16` too (so: no $-10^9$). The corner cases above explain both rules; the short version: find the rows
 # with no visible key, `has_key = mask.any(dim=-1, keepdim=True)`, keep them finite for the softmax, and zero
 # them after it. Chapter 03 reuses this function.
 

@@ -365,9 +365,11 @@ print(f"sequence 1, only pads visible -> largest error {(wrong[1] - fast[1]).abs
 #   reading a source of length $m$ gives weights `(batch, heads, n, m)`: not square. The padding mask is the
 #   source's, `(batch, 1, 1, m)`.
 #
-# Cross-attention is where a bug hides that self-attention never shows: projecting the query with the key's
-# layer gives the same shape, and in self-attention the inputs are equal anyway. The checker tests with
-# `query ≠ key` for that reason.
+# Cross-attention is where a bug hides that self-attention never shows: feeding a projection the wrong
+# *input*, such as `K = w_k(query)` instead of `w_k(key)`. The shapes still fit, and in self-attention the
+# inputs are equal, so the output is the same there. (The wrong *layer*, `w_k(query)` used as $Q$, is another
+# matter: `w_q` and `w_k` hold different weights, so that changes the output in self-attention too.) The
+# checker tests with `query ≠ key` for that reason.
 
 # %%
 # NBVAL_CHECK_OUTPUT

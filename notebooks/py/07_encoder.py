@@ -84,6 +84,27 @@ print("running on", device.type)
 # y &= \mathrm{LayerNorm}_2\big(z + \mathrm{Dropout}(\mathrm{FFN}(z))\big) && (n, d_\text{model})
 # \end{aligned}$$
 #
+# **Where dropout goes.** Section 5.4 of the paper names two places, both at the rate $P_{drop} = 0.1$ in the
+# base model: the output of each sub-layer, before the residual sum (the $\mathrm{Dropout}$ above), and the sums
+# of the embeddings and the positional encodings at the bottom of both stacks (chapter 09). Implementations add
+# two more. Dropout on the **attention weights** (after the softmax, before they average the values) and on the
+# feed-forward's **hidden units** (after the ReLU) are not in the paper; the authors' own code, tensor2tensor,
+# has both as `attention_dropout` and `relu_dropout` (0 in its first base settings, 0.1 from
+# `transformer_base_v2`), and `nn.TransformerEncoderLayer` drops out at all three places of a layer with its
+# one `dropout`. tfm_lesson names each site:
+#
+# | site | paper, section 5.4 | setting in tfm_lesson | default |
+# |---|---|---|---|
+# | each sub-layer's output, before $x + \cdot$ | yes | `dropout` (`dropout1`, `dropout2` in a layer) | 0.1 |
+# | embeddings + positions (chapter 09) | yes | `TransformerConfig(embedding_dropout=...)` | `dropout` |
+# | attention weights | no | `attention_dropout` (`MultiHeadAttention(d_model, heads, dropout)`) | `dropout` |
+# | feed-forward hidden units | no | `activation_dropout` (`PositionwiseFeedForward(d_model, d_ff, dropout)`) | `dropout` |
+#
+# A setting left at `None` takes the value of `dropout`, as `nn.TransformerEncoderLayer` does; the paper's
+# model is `attention_dropout=0.0, activation_dropout=0.0`. `EncoderLayer`, `Encoder`, `DecoderLayer`,
+# `Decoder` and `TransformerConfig` all take these names. Dropout only acts in training mode (`.train()`);
+# in `.eval()` every site passes its input through unchanged, which is why the comparisons below call `.eval()`.
+#
 # This is **post-norm**: the norm comes *after* the sum. Later work (e.g. Xiong et al., 2020; chapter 05)
 # moved the norm inside the branch, **pre-norm**: $x + \mathrm{Dropout}(\mathrm{Sublayer}(\mathrm{LayerNorm}(x)))$,
 # which trains more stably in deep stacks and needs one extra LayerNorm after the last layer, because the

@@ -273,7 +273,9 @@ torch.backends.mha.set_fastpath_enabled(True)  # back to torch's default
 # ## See it: the cross-attention map
 #
 # A small untrained `T.Transformer` over a tiny vocabulary: encode a source, decode a target, and record every
-# attention map with `T.record_attention`. The cross-attention weights of a layer are
+# attention map with `T.record_attention`. The model returns **logits**, one raw score per vocabulary token at
+# each target position, shaped $(\text{batch}, t, \text{vocab})$: a softmax over the last axis would turn them
+# into next-token probabilities (chapter 09 builds this last step, the generator). The cross-attention weights of a layer are
 # $(\text{batch}, h, t, s)$: **target tokens on the y axis, source tokens on the x axis**. After training on
 # translation (chapter 11) such a map becomes an alignment: each target word looks at the source word it
 # translates.
@@ -361,7 +363,8 @@ check_target_mask(target_mask)
 # **Difficulty** 2/3 · **Importance** 3/3 · **Time** ~20 min
 #
 # Write `MyDecoderLayer(d_model, heads, d_ff, dropout=0.1, norm_first=False)` from tfm_lesson's parts:
-# two `T.MultiHeadAttention(d_model, heads, dropout)` called `self_attn` and `cross_attn`, a
+# two `T.MultiHeadAttention(d_model, heads, dropout)` called `self_attn` and `cross_attn` (the third argument
+# drops out attention weights, one of the sites in chapter 07's table), a
 # `T.PositionwiseFeedForward(d_model, d_ff, dropout)` called `feed_forward`, three `T.LayerNorm(d_model)`
 # called `norm1`, `norm2`, `norm3` (the checker loads tfm_lesson's weights by these names), and three
 # `nn.Dropout(dropout)` for the sub-layers' outputs (dropout has no weights: name them as you like). Then

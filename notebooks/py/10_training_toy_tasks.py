@@ -104,16 +104,19 @@ for src, tgt in data.train[:3]:
 # The model is never asked to be 100% sure: the paper notes it hurts perplexity (a measure of how surprised the
 # model is by the right tokens) but helps BLEU (a translation score, chapter 11).
 # Padding positions are left out of the average. This is the form of Szegedy et al. (2016), who introduced
-# label smoothing, and of PyTorch's `F.cross_entropy(..., label_smoothing=0.1)`. The widely read *Annotated
-# Transformer* uses a variant: $1-\epsilon$ on the right token and $\epsilon/(V-2)$ on every other token except
-# padding, compared with `nn.KLDivLoss`. Both smooth, and the checker below tells you which one you wrote; but
-# the loss they *report* is not the same number. `nn.KLDivLoss` computes the Kullback-Leibler divergence
+# label smoothing and whom the paper cites for it, and of PyTorch's `F.cross_entropy(..., label_smoothing=0.1)`.
+# The authors' own code, tensor2tensor, uses a variant: $1-\epsilon$ on the right token and $\epsilon/(V-1)$ on
+# each of the others, and it reports the cross-entropy minus $H(q)$ (defined below). The widely read *Annotated
+# Transformer* uses another: $1-\epsilon$ on the right token and $\epsilon/(V-2)$ on every other token except
+# padding, compared with `nn.KLDivLoss`. All of them smooth, and the checker below tells you which one you wrote;
+# but the loss they *report* is not the same number. `nn.KLDivLoss` computes the Kullback-Leibler divergence
 # $\mathrm{KL}(q \,\|\, p) = -\sum_v q(v)\log p(v) - H(q)$: the cross-entropy minus the entropy
 # $H(q) = -\sum_v q(v)\log q(v)$ of the smoothed target, a constant that does not depend on the model. The
 # gradients are those of the cross-entropy, but the reported loss is lower by $H(q)$. Losses in this course are
 # computed with natural logarithms, so they are measured in **nats** (divide by $\ln 2$ for bits). The cell
-# below prints $H(q)$ with $\epsilon = 0.1$ over this chapter's 24 target tokens, for the target $q$ above and
-# for the variant's (a little more: the paper's $q$ gives $\epsilon / V$ back to the right token, while the
+# below prints $H(q)$ with $\epsilon = 0.1$ over this chapter's 24 target tokens, for the target $q$ above
+# (labelled "paper": the form of the work the paper cites) and for the Annotated Transformer's variant (a
+# little more: the $q$ above gives $\epsilon / V$ back to the right token, while the
 # variant puts all of $\epsilon$ on the other tokens): the size of the floor that the smoothed cross-entropy
 # cannot go below, met again later.
 
@@ -499,8 +502,8 @@ print("your loop == tfm_lesson.train.loop.train, first 20 losses within 1e-6:",
 # the command line and the reference runs read. Another CPU can print slightly different
 # losses (its arithmetic rounds differently, and 600 steps amplify the difference), and a GPU more so: there
 # the package's `train`, used for the second task below, trains in mixed precision (16-bit floats for most
-# of the arithmetic). The figures quoted below are those of the run stored with this page, on a CPU; what
-# they show holds on any machine.
+# of the arithmetic). The figures quoted below are those of the run stored with this page, on a CPU; compare
+# them with what your cells print rather than expecting the same digits.
 
 # %%
 T.seed_everything(0)
@@ -718,8 +721,8 @@ T.quiz.show("10")
 # - A batch holds padded source ids and `<s> … </s>` targets; teacher forcing feeds `tgt[:, :-1]` and scores
 #   predictions against `tgt[:, 1:]`.
 # - Label smoothing mixes the one-hot target with a uniform distribution over all $V$ tokens ($\epsilon = 0.1$),
-#   as `F.cross_entropy(label_smoothing=0.1, ignore_index=pad)` does; the Annotated Transformer's $V-2$ variant
-#   gives slightly different numbers.
+#   as `F.cross_entropy(label_smoothing=0.1, ignore_index=pad)` does; tensor2tensor's $V-1$ variant and the
+#   Annotated Transformer's $V-2$ variant give slightly different numbers, and both report the loss minus $H(q)$.
 # - The learning rate warms up linearly and decays as $1/\sqrt{\text{step}}$, steps counted from 1; warm-up
 #   protects against Adam's noisy first estimates and the large early gradients of post-norm stacks.
 # - One step: shift, forward, loss, backward, clip, optimiser step, schedule step, clear the gradients. Your loop

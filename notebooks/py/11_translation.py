@@ -127,7 +127,7 @@ print(f"mean length in tokens: English {len(en_words) / len(every):.1f}, French 
 # The model is bigger than chapter 10's: $d_\text{model} = 128$, 4 heads, 2 + 2 layers, $d_\text{ff} = 256$,
 # dropout 0.1 (the paper's), separate source and target embeddings (the two vocabularies differ), the
 # generator tied to the target embedding; batches of 64 pairs, warm-up 200 steps to a peak rate of 0.002,
-# label smoothing 0.1, 500 steps (a fixed number keeps the run reproducible; it is about 0.7 of one pass over
+# label smoothing 0.1, 500 steps (a fixed number makes the run repeat exactly on one machine; it is about 0.7 of one pass over
 # the 46,000 training pairs). `train` prints one line after scoring 200 validation sentences, every 100 steps.
 # These settings are the recipe `RECIPES["sentences"]` (`tfm_lesson.train.recipes`, the table chapter 10 introduced).
 
@@ -315,8 +315,11 @@ for name, pairs in (("validation, first 200", data.valid[:200]), ("test, first 2
 # %% [markdown]
 # The cell above prints, for each set, greedy exact match with its standard error (the spread that chance alone
 # gives a sample of that size), BLEU, and what was measured about the sentences. On the first 200 sentences of
-# each set, the same model and decoder score far apart: the gap in exact match is several times either standard
-# error, so chance alone is an unlikely explanation, and it is not the decoder either (the validation row
+# each set, the same model and decoder score far apart. Is that chance? Measure the gap against the standard
+# error of a *difference*, $\sqrt{s_1^2 + s_2^2}$ for two independent samples with standard errors $s_1$ and
+# $s_2$, not against either error alone: a gap of more than about two of those would arise by chance less than
+# one time in twenty. Work it out from the two rows the cell printed; in the stored run the gap is well past
+# that line, so chance alone is an unlikely explanation, and it is not the decoder either (the validation row
 # repeats the training log's last line). What the cell finds about the sets does not settle it: the sentences
 # have almost the same mean length (the French test sentences are slightly longer), the same number of
 # questions, and no word outside the vocabularies, while the test sentences contain more negations. Whether
@@ -527,8 +530,10 @@ print(f"corpus BLEU {c:.1f}, mean of sentence BLEUs {m:.1f}")
 # ## Try this
 #
 # 1. Decode the test set with beam sizes 1, 2, 4, 8 and plot BLEU and time against $k$.
-# 2. Set `length_penalty_alpha=0.0` and then `2.0` in `evaluate(..., beam_size=4, length_penalty_alpha=...)`.
-#    Which way do output lengths move?
+# 2. Translate the first 200 test sources with `tfm_lesson.decoding.translate(model, sources, data.src_vocab,
+#    data.tgt_vocab, beam_size=4, length_penalty_alpha=...)`, once with `0.0` and once with `2.0`, and compare
+#    the mean number of words per translation (`evaluate` returns only the scores, not the outputs). Which way
+#    do output lengths move, and what does BLEU (`evaluate` with the same settings) do?
 # 3. Train for twice as many steps. Which metric gains the most, and which is closest to its ceiling?
 # 4. Your own data: the Tatoeba project's English–French sentence pairs, as distributed for the Anki flash-card
 #    program (a file `fra.txt`, one pair per line: English, a tab, French, then an attribution column, which is

@@ -306,7 +306,7 @@ print("hook removed after the block:", not torch.allclose(restored, hooked, atol
 # Now the experiment: for each of the 24 heads, switch it off alone, translate 200 held-out numbers greedily,
 # and record the drop in exact match (percentage points) from the intact model.
 
-# %% mystnb={"image": {"alt": "Table heatmap of exact-match points lost per switched-off head, each cell labelled: two stand out bright, decoder L0 head 3 (82) and cross L0 head 1 (78), four more cost 12 to 26 points (decoder L0 head 2, cross L1 head 2, decoder L1 head 0, cross L0 head 3), and the other 18 under 10, the encoder heads 2 or less."}}
+# %% mystnb={"image": {"alt": "Table heatmap of exact-match points lost per switched-off head, each cell labelled: two cells stand out bright, decoder L0 head 3 and cross L0 head 1, a handful more cost over 10 points, and most heads cost little or nothing."}}
 start = time.perf_counter()
 subset = data.test[:200]
 damage = torch.zeros(6, 4)                                   # (kind x layer, head)
@@ -394,26 +394,31 @@ viz.plot_scatter({name: (table[row], damage[row]) for row, name in enumerate(lab
                  ylabel="exact-match points lost without it")
 
 # %% [markdown]
-# What to take from these pictures (the numbers are the ones printed above, from the run stored with this
-# chapter, on a CPU; on another machine, and especially on a GPU, where `train` uses mixed precision, the
-# trained model differs a little, and so can each head's damage and which heads top the list; the pattern
-# described below is what to look for):
+# What to take from these pictures. Your numbers are the ones printed above, and they depend on the machine:
+# the trained model's last digits change with the CPU's arithmetic kernels (and on a GPU, where `train` uses
+# mixed precision), and the damage of each head changes with them. To see how much, the same seed was trained
+# under PyTorch's three CPU kernel settings on one machine (`ATEN_CPU_CAPABILITY` = `default`, `avx2`,
+# `avx512`; the stored page shows the last). The ranges below are from those three runs; another CPU or a GPU
+# can fall outside them, so compare them with what your cells printed.
 #
-# - **A few heads are essential.** Two heads stand out: head 3 of the first decoder self-attention layer
-#   (82 points) and head 1 of the first cross-attention layer (78 points). Without either one most numbers
-#   come out wrong: the model concentrated a job in one head and built no backup, which small models trained
-#   briefly often do. Only 3 of the 24 heads cost nothing at all, and 6 cost more than 10 points.
-# - **Whole blocks hurt more than their heads one by one.** None of the four heads of the second decoder
-#   self-attention layer is among the three most harmful (each costs less than 26 points alone), yet the four
-#   together cost 96.5 points: the heads back each other up, so only removing all of them reveals what the
-#   block does. Without the last cross-attention block nothing comes out right (100 points); without the last
-#   *encoder* self-attention block only 3 points are lost.
+# - **A few heads are essential.** Two heads stood out in all three runs: head 3 of the first decoder
+#   self-attention layer (57.5 to 82 points) and head 1 of the first cross-attention layer (43 to 78 points),
+#   in that order in all three, though on another machine the two may swap places. Without either one many numbers
+#   come out wrong: in this run the model concentrated a job in one head and built no backup (one seed shows
+#   that this happens, not how often). Between 3 and 9 of the 24 heads cost nothing at all, and 5 to 7 cost
+#   more than 10 points.
+# - **Whole blocks hurt more than their heads one by one.** No head of the second decoder self-attention layer
+#   cost more than 41 points alone in any of the three runs, yet the four together cost 95.5 to 96.5 points: the
+#   heads back each other up, so only removing all of them reveals what the block does. Without the last
+#   cross-attention block almost nothing comes out right (98 to 100 points); without the last *encoder*
+#   self-attention block only 2.5 to 7.5 points are lost.
 # - **Entropy is a hint, not a verdict.** Both correlations are negative: heads with *lower* entropy (sharper,
-#   pointer-like) tend to cost *more* when removed. The rank correlation ($\rho = -0.69$) is much stronger than
-#   Pearson's $r = -0.27$: the damage is very skewed (two heads at 82 and 78 points, most far lower), and a straight
+#   pointer-like) tend to cost *more* when removed. The rank correlation ($\rho$ from −0.56 to −0.69 over the
+#   three runs; with 24 heads any $|\rho|$ above 0.53 has a two-sided p-value below 0.01) is much stronger than
+#   Pearson's $r$ (−0.27 in all three): the damage is very skewed (two heads far above the rest), and a straight
 #   line fits such a cloud badly even when the order agrees. Still, the order is not a law — the second most
-#   harmful head has middling entropy (0.50) — and 24 heads are few. Claims drawn from attention maps alone
-#   should be checked by an intervention like this one.
+#   harmful head has middling entropy (about 0.5) — and 24 heads of one model are few. Claims drawn from
+#   attention maps alone should be checked by an intervention like this one.
 # - **A caveat on the method.** Zeroing a head feeds the layers after it an input they never met in training.
 #   The damage therefore mixes two things: how much the model relies on that head, and how badly it copes with
 #   an input off its usual distribution. Replacing the head's output by its average over many inputs (mean

@@ -28,8 +28,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # A Transformer written from scratch almost never crashes. It has the right shapes, its loss goes down,
 # and it can still be wrong in a way that costs you days: a scale off by a factor of two, a mask that is
-# silently ignored, a gradient that never reaches the residual path. This chapter collects the bugs that
-# real from-scratch implementations shipped with, writes each one down in a few lines, shows what it does
+# silently ignored, a gradient that never reaches the residual path. This chapter collects bugs of the kind
+# that from-scratch implementations make, writes each one down in a few lines, shows what it does
 # to the numbers, and names the checker of `tfm_lesson.checks` that catches it.
 #
 # **What you will learn**
@@ -40,7 +40,7 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #   names it;
 # - one of them (a causal mask off by one) trained for a few hundred steps next to the correct model: the
 #   buggy loss looks *better*, and the model is useless;
-# - the designs the old implementations got right (learned positions, a fused QKV projection, separate
+# - the designs such implementations often get right (learned positions, a fused QKV projection, separate
 #   $W^Q, W^K, W^V$, masks built from pad ids, pre-norm with a log-probability generator), each shown to be an
 #   option of `tfm_lesson` or numerically equal to it.
 
@@ -49,7 +49,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # A neural network is a very forgiving program. If attention is scaled by the wrong constant, the weights
 # are simply a little flatter, and the projections learn to compensate. If the heads are merged in the
-# wrong order, $W^O$ learns to read the scrambled layout. If the feed-forward network has no activation,
+# wrong order, each position's vector is filled with pieces of other positions, and the layers around it
+# learn to make what use they can of that mixture. If the feed-forward network has no activation,
 # the model is a bit less expressive, nothing more. The loss goes down in every case, so "it trains" is no
 # evidence that it is right.
 #
@@ -229,6 +230,12 @@ print(hint_of(lambda: check_multi_head_attention(QueryWithKeyLayer, written_your
 # token of the input changes the output at the **first** position even without any attention between them.
 # We show that with a mask that lets each position attend only to itself: with a correct merge, position 0
 # cannot depend on position 1.
+#
+# No training can undo this. $W^O$ acts on each position's vector on its own, so it cannot fetch back the
+# pieces of position 0 that the reshape put into other positions' rows. Under a causal mask it is worse: the
+# output at position 0 now holds attention results computed for the next few positions, which saw later
+# tokens. The decoder reads the future, as with mistake 8's `tril(1)`, and its training loss looks better than
+# it should.
 
 # %%
 class MergeWithoutTranspose(WrittenOut):
@@ -526,7 +533,7 @@ print(hint_of(lambda: check_encoder_layer(IfMask)))
 # %% [markdown]
 # ### Mistake 10 · a misspelled mask variable
 #
-# One of the old implementations filled its scores with `masked_fill(maks == 0, ...)`. What happens depends
+# Picture scores filled with `masked_fill(maks == 0, ...)`, one letter swapped. What happens depends
 # on what `maks` is when the line runs:
 #
 # - if no `maks` exists, a `NameError`, but **only when a mask is passed**: the unmasked tests pass;
@@ -712,10 +719,10 @@ print(hint_of(lambda: check_encoder_layer(PostNormProsePreNormCode)))
 #
 # (The table in the summary at the end collects the fifteen mistakes, their symptoms and their checkers.)
 #
-# The mistakes above come from five classic from-scratch implementations of the paper, of the kind found in
-# tutorials: a Colab notebook, two blog-style walk-throughs, an annotated notebook and a textbook chapter that
-# builds a translator line by line. Many such tutorials descend from The Annotated Transformer (Rush, 2018),
-# and several of the patterns here are its own: its `LayerNorm` makes mistake 11 (eps added to the
+# The mistakes above are of the kind that from-scratch implementations of the paper in tutorials, notebooks
+# and blog posts make; we name no tutorial for them, so take each one as a pattern to recognise rather than a
+# charge against any particular code. Many such tutorials descend from The Annotated Transformer (Rush, 2018),
+# and several of the patterns here are its own, as anyone can check in its code: its `LayerNorm` makes mistake 11 (eps added to the
 # standard deviation) and uses the unbiased standard deviation besides, label smoothing is computed with `nn.KLDivLoss`
 # (chapter 10), and the generator ends in a log-softmax (chapter 09). Its sub-layer connection normalises
 # *first* while the text quotes post-norm (chapter 05), but that is a choice it states openly in a comment, not
@@ -1025,7 +1032,7 @@ tfm_lesson.course.quiz.show("13")
 # |---|---|---|---|
 # | 1 | scores / $\sqrt{d_{model}}$ | flatter attention (higher entropy), still trains | `check_multi_head_attention` |
 # | 2 | query projected with `w_k` | symmetric self-attention scores; `w_q` gets no gradient | `check_multi_head_attention` |
-# | 3 | heads merged without the transpose | positions leak into each other | `check_multi_head_attention` |
+# | 3 | heads merged without the transpose | positions leak into each other (under a causal mask, into the past: a leak of the future) | `check_multi_head_attention` |
 # | 4 | `-inf` on a fully masked row | NaN output, then NaN everywhere | `check_attention` |
 # | 5 | `-1e9` in float16 | `RuntimeError: ... overflow` | `check_attention` |
 # | 6 | polarity flipped (SDPA vs `nn.MultiheadAttention`) | attends only to the padding | `check_attention` |

@@ -795,18 +795,21 @@ plot_ablation(full)
 #
 # - **Pre-norm** is the largest step: −0.62 nats (95% interval ±0.06). Post-norm is known to need a long
 #   learning-rate warm-up (Xiong et al., 2020); these runs warm up over the few steps the cell above prints,
-#   the same for every variant, and at this learning rate the post-norm block ends far behind.
+#   the same for every variant, at one peak learning rate, and under those settings the post-norm block ends far
+#   behind. The table tried no other learning rate and no longer warm-up, so it cannot say how much of the gap
+#   a post-norm block would close with them: read −0.62 as the price of post-norm *under this schedule*.
 # - **RoPE** is the second: −0.27 nats (±0.05), with fewer parameters, since the table of learned position
-#   vectors goes. Learned positions must be learned one position at a time; rotations give every head
-#   relative positions from the first step, which matters most in a run this short.
+#   vectors goes. A plausible reason, which this ablation does not test: learned position vectors start random
+#   and must each be trained, while rotations encode relative distance from the first step, which would count
+#   most in a run this short. It too was measured at this one learning rate and warm-up.
 # - **RMSNorm** (+0.013 ± 0.017), **SwiGLU** (+0.009 ± 0.019), **GQA** (+0.002 ± 0.036) and **no biases**
 #   (+0.001 ± 0.029) are all **inside the noise**: three seeds cannot tell whether they help or hurt.
 #
 # Inside the noise does not mean useless. RMSNorm and bias-free layers were adopted for speed and stability
 # at sizes this run cannot reach; GQA for the memory of the cache, which it halves here (measured exactly in
 # section 5) at no loss this ablation can detect; SwiGLU's gains were measured on models thousands of times
-# larger, trained far longer. What this scale can say: pre-norm and rotary positions help a lot; the other
-# four changes cost nothing measurable, and one of them halves the cache.
+# larger, trained far longer. What this scale and this schedule can say: pre-norm and rotary positions help a
+# lot; the other four changes cost nothing measurable, and one of them halves the cache.
 
 # %% [markdown]
 # ## Play with it

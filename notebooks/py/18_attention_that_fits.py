@@ -29,7 +29,8 @@
 # - the **online softmax** (Milakov & Gimelshein, 2018): the softmax's maximum and sum computed together in one
 #   pass over the row (here in blocks), the running sum **rescaled** whenever the maximum grows, then a second
 #   pass that writes the outputs;
-# - **tiled attention**, the forward pass of FlashAttention (Dao et al., 2022): blocks ("tiles") of queries meet
+# - **tiled attention**, the forward pass of FlashAttention (Dao et al., 2022; Rabe & Staats, 2021 had shown the
+#   same running sums in chunks, with memory that grows with the length only): blocks ("tiles") of queries meet
 #   tiles of keys, with a running maximum, a running sum and an output accumulator per query, normalised once
 #   at the end; causal masks with the tile's **offset** in the sequence; queries that see no key;
 # - the **backward pass by recomputation**: keep only the output and one number per query (the log-sum-exp),
@@ -210,6 +211,12 @@ print("log-sum-exp m + log l equals torch.logsumexp:",
 # every tile of queries, for $(\text{batch}, \text{heads}, \text{len}, d_k)$ tensors, with a boolean mask
 # (True = may attend) and the causal rule applied per tile with its offset. Its backward pass is a
 # `torch.autograd.Function` that saves the output and the log-sum-exp and recomputes tiles, as derived above.
+#
+# When there are fewer queries than keys, `causal=True` takes the queries to be the **last** ones of the
+# sequence: query $i$ of $n_q$ sees keys $j \le i + n_k - n_q$ (the mask aligned to the bottom-right corner,
+# as FlashAttention does from version 2.1). That is what a decode step needs: one new query against the $n_k$
+# keys of the KV cache (chapter 15) sees all of them. Aligned to the top-left instead, it would see key 0 alone.
+# PyTorch's SDPA with `is_causal=True` aligns top-left, so the two agree only when $n_q = n_k$.
 #
 # ## Check it
 #

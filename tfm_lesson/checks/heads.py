@@ -74,7 +74,7 @@ FULLY_MASKED_OTHER = (
 def _layer_hint(role: str, used: str) -> str:
     right = {"query": "w_q", "key": "w_k", "value": "w_v"}[role]
     return (f"the {role} looks projected with {used} instead of {right}: Q = query W^Q, K = key W^K, V = value W^V; "
-            f"in cross-attention query and key differ, so the right layer matters")
+            f"the layers hold different weights, so the wrong one changes the output in self-attention too")
 
 
 # reference pieces, written plainly so the wrong versions differ from them by one thing ----------------------------

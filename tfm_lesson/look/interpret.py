@@ -31,13 +31,14 @@ from .._validate import check_positive_int, renamed_keywords
 from ..attention import MultiHeadAttention
 from ..masks import causal_mask
 from ..norm import LayerNorm
-from .intervene import ablate_head, attention_modules, head_outputs, patch_head, spearman
+from .intervene import ablate_head, attention_modules, head_outputs, patch_head, spearman, spearman_p_value
 from .recording import record_attention
 
 __all__ = ["alignment_error_rate", "corpus_alignment_error_rate", "as_links", "extract_alignment",
            "monotonic_alignment", "cross_attention_maps", "head_alignment_error_rates", "AttentionOnly",
            "repeated_tokens", "repeated_half_loss", "previous_token_scores", "prefix_matching_scores",
-           "induction_scores", "attention_modules", "ablate_head", "patch_head", "head_outputs", "spearman"]
+           "induction_scores", "attention_modules", "ablate_head", "patch_head", "head_outputs", "spearman",
+           "spearman_p_value"]
 
 Link = tuple[int, int]
 

@@ -14,8 +14,9 @@ QUESTIONS = [
         feedback=[
             "The chapter trains a model with scores / √d_model: it learns the copy task as well as the correct one, "
             "yet it is not the paper's model.",
-            "Right: the projections compensate for a wrong scale, W^O learns a scrambled head layout; the checkers "
-            "compare outputs on the same weights instead.",
+            "Right: the projections compensate for a wrong scale, and a model whose heads are merged without the "
+            "transpose still lowers its loss on the mixed-up positions; the checkers compare outputs on the same "
+            "weights instead.",
             "Attention bugs (the wrong scale, the wrong projection, a missing transpose) train too; the loss cannot "
             "single out any part.",
         ],

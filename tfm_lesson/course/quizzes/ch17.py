@@ -19,8 +19,8 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="Why does AER give possible links (P) credit only in the numerator's |A ∩ P|, while the denominator "
-               "counts only the sure links |S|?",
+        prompt="Why does AER give possible links (P) credit only in the numerator's |A ∩ P|, while its denominator "
+               "|A| + |S| counts the predicted links and the sure links, never |P|?",
         options=[
             "Predicting a possible link is not wrong (precision), but missing one is not an error either (recall "
             "is measured on the sure links).",
