@@ -110,8 +110,8 @@ def test_ci_tests_the_oldest_torch_and_python_the_project_claims():
     torch_floor = next(re.search(r">=\s*(\d+\.\d+)", d).group(1) for d in project["dependencies"]
                        if re.match(r"torch\b", d))
     ci = (ROOT / ".ci" / "run").read_text()
-    setups = re.findall(r'^setup_python (\S+) "torch==(\d+\.\d+)\.\d+"', ci, flags=re.M)
+    setups = re.findall(r'^\s*setup_python (\S+) "torch==(\d+\.\d+)\.\d+"', ci, flags=re.M)
     assert (python_floor, torch_floor) in setups, (
         f"pyproject claims Python >={python_floor} and torch>={torch_floor}; .ci/run sets up {setups}")
-    tests = re.findall(r'^package_tests (\S+) "torch==(\d+\.\d+)\.\d+"', ci, flags=re.M)
+    tests = re.findall(r'^\s*package_tests (\S+) "torch==(\d+\.\d+)\.\d+"', ci, flags=re.M)
     assert (python_floor, torch_floor) in tests, f".ci/run tests {tests}"
