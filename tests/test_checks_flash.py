@@ -202,3 +202,70 @@ def test_arithmetic_intensity_right_answer_passes(capsys):
 def test_arithmetic_intensity_mistakes(kwargs, hint):
     with pytest.raises(Mistake, match=hint):
         check_arithmetic_intensity(lambda *a: intensity(*a, **kwargs))
+
+
+# the backward pass --------------------------------------------------------------------------------------------------
+from tfm_lesson.checks import check_flash_backward  # noqa: E402
+
+
+def learner_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None, *, use_d=True, scale=True,
+                     guard=True):
+    d_k, q_len, k_len = q.size(-1), q.size(2), k.size(2)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    big_d = (grad_out * out).sum(-1) if use_d else torch.zeros_like(lse)  # (batch, heads, q_len)
+    none = lse == float("-inf")
+    safe = torch.where(none, 0.0, lse) if guard else lse
+    factor = 1 / math.sqrt(d_k) if scale else 1.0
+    for q0 in range(0, q_len, block_size):
+        q1 = min(q0 + block_size, q_len)
+        for k0 in range(0, k_len, block_size):
+            k1 = min(k0 + block_size, k_len)
+            s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
+            if causal:
+                s = s.masked_fill(torch.arange(k0, k1)[None, :] > torch.arange(q0, q1)[:, None], float("-inf"))
+            if mask is not None:
+                s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
+            p = torch.exp(s - safe[:, :, q0:q1, None])
+            if guard:
+                p = p.masked_fill(none[:, :, q0:q1, None], 0.0)
+            dv[:, :, k0:k1] += p.transpose(-2, -1) @ grad_out[:, :, q0:q1]
+            ds = p * (grad_out[:, :, q0:q1] @ v[:, :, k0:k1].transpose(-2, -1) - big_d[:, :, q0:q1, None])
+            dq[:, :, q0:q1] += ds @ k[:, :, k0:k1] * factor
+            dk[:, :, k0:k1] += ds.transpose(-2, -1) @ q[:, :, q0:q1] * factor
+    return dq, dk, dv
+
+
+def explicit_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+    return learner_backward(q, k, v, out, lse, grad_out, max(q.size(2), k.size(2)), causal, mask)  # one huge tile
+
+
+def autograd_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    s = leaves[0] @ leaves[1].transpose(-2, -1) / math.sqrt(q.size(-1))
+    o = s.softmax(-1) @ leaves[2]
+    return torch.autograd.grad(o, leaves, grad_out)
+
+
+def test_backward_right_answer_passes(capsys):
+    check_flash_backward(learner_backward)
+    assert "✔ check_flash_backward passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda *a: learner_backward(*a, use_d=False), "dV is right but dQ and dK are not: .* D = rowsum\\(dO \\* O\\)"),
+    (lambda *a: learner_backward(*a, scale=False), "dQ and dK are sqrt\\(d_k\\) times too large"),
+    (lambda *a: learner_backward(*a, guard=False), "NaN for a query that sees no key: its lse is -inf"),
+    (explicit_backward, "STORED P: at length 256 with block_size=32"),
+    (autograd_backward, "WRITE IT YOURSELF: .* `autograd`"),
+    (lambda *a: None, "did you forget a `return`"),
+])
+def test_backward_mistakes_named(fn, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_flash_backward(fn)
+
+
+def test_backward_the_packages_is_refused():
+    from tfm_lesson.flash import _backward
+
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
+        check_flash_backward(lambda q, k, v, o, l, g, b, c=False, m=None: _backward(g, q, k, v, o, l, m, c, b))

@@ -111,6 +111,7 @@ ANSWERS = {
     "check_layer_budget": (ffn.budget, {}),
     "check_online_softmax": (flash.learner_softmax, {}),
     "check_tiled_attention": (flash.learner_tiled, {}),
+    "check_flash_backward": (flash.learner_backward, {}),
     "check_arithmetic_intensity": (flash.intensity, {}),
     "check_split_heads": (heads.split_ok, {}),
     "check_merge_heads": (heads.merge_ok, {}),
