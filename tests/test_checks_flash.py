@@ -3,6 +3,7 @@ with its own hint."""
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -163,12 +164,14 @@ def test_the_packages_implementation_is_refused_under_any_name():
     import tfm_lesson as T
     import torch.nn.functional as F
 
+    this_module = sys.modules[__name__]
     answers = [
         lambda q, k, v, b, causal=False, mask=None: flash_attention(q, k, v, mask, b, causal),
         lambda q, k, v, b, causal=False, mask=None: fa(q, k, v, mask, b, causal),
         lambda q, k, v, b, causal=False, mask=None: T.flash_attention(q, k, v, mask, b, causal),
         lambda q, k, v, b, causal=False, mask=None, f=fa: f(q, k, v, mask, b, causal),
         functools.partial(fa),
+        lambda q, k, v, b, causal=False, mask=None: this_module.fa(q, k, v, mask, b, causal),  # an attribute alias
         lambda q, k, v, b, causal=False, mask=None: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                                                   is_causal=causal),
     ]

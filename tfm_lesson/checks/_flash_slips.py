@@ -57,8 +57,8 @@ TILED_SLIPS = {
     "causal_local": ("the causal mask uses the row and column inside the tile: query q0 + r may see key k0 + c when "
                      "k0 + c <= q0 + r, i.e. compare the positions in the whole sequence (torch.arange(q0, q1) "
                      "against torch.arange(k0, k1)), not torch.ones(block_q, block_k).tril()"),
-    "causal_local_skip": ("the tiles above the diagonal are skipped correctly, but inside the tiles you keep the "
-                          "causal mask compares the row and column inside the tile: compare positions in the whole "
+    "causal_local_skip": ("the tiles above the diagonal are skipped correctly, but the causal mask in the tiles you "
+                          "keep compares the row and column inside the tile: compare positions in the whole "
                           "sequence, torch.arange(k0, k1) <= torch.arange(q0, q1)[:, None]"),
     "strict": ("the causal mask hides the diagonal: query i may see key j when j <= i (itself included), not j < i; "
                "the first query then sees nothing at all"),

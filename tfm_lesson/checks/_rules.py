@@ -178,14 +178,17 @@ def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> No
             if used:
                 raise Mistake(f"WRITE IT YOURSELF: your {what} takes the package's `{used}` as a default argument "
                               f"in `{fn.__qualname__}`. {why}")
-        for name in (*code_names(fn), *fn.__code__.co_freevars):
-            used = label_of(_resolve(fn, name))
-            if used and not tree.body:
-                raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{name}`) in "
-                              f"`{fn.__qualname__}`. {why}")
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 used = label_of(_resolve(fn, node.id))
                 if used:
                     raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{node.id}`) in "
                                   f"{_where(fn, node)}. {why}")
+        names = (*code_names(fn), *fn.__code__.co_freevars)
+        modules = [m for m in (_resolve(fn, n) for n in names) if isinstance(m, types.ModuleType)]
+        for name in names:  # a name, or an attribute of a module the code names (`flash.fa`, `T.flash_attention`)
+            used = label_of(_resolve(fn, name)) or next(
+                (label for label in (label_of(getattr(m, name, None)) for m in modules) if label), None)
+            if used:
+                raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{name}`) in "
+                              f"`{fn.__qualname__}`. {why}")
