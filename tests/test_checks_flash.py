@@ -3,6 +3,7 @@ with its own hint."""
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -12,17 +13,21 @@ from tfm_lesson.flash import flash_attention, online_softmax
 
 
 # the online softmax -------------------------------------------------------------------------------------------------
-def learner_softmax(x, block_size, *, rescale=True, per_block=False, guard=True):
+def learner_softmax(x, block_size, *, rescale=True, per_block=False, guard=True, guard_end_only=False,
+                    inverted=False, update=True, drop_last=False):
     if per_block:
         return torch.cat([x[..., s:s + block_size].softmax(-1) for s in range(0, x.size(-1), block_size)], dim=-1)
-    m = torch.full(x.shape[:-1], float("-inf"))
-    d = torch.zeros(x.shape[:-1])
-    for s in range(0, x.size(-1), block_size):
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+    d = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    stop = x.size(-1) - block_size + 1 if drop_last else x.size(-1)
+    for s in range(0, stop, block_size):
         block = x[..., s:s + block_size]
         m_new = torch.maximum(m, block.max(dim=-1).values)
-        shift = torch.where(m_new == float("-inf"), 0.0, m_new) if guard else m_new
-        d = (d * torch.exp(m - shift) if rescale else d) + torch.exp(block - shift[..., None]).sum(-1)
-        m = m_new
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new) if guard and not guard_end_only else m_new
+        factor = torch.exp(shift - m) if inverted else torch.exp(m - shift)
+        d = (d * factor if rescale else d) + torch.exp(block - shift[..., None]).sum(-1)
+        if update:
+            m = m_new
     shift = torch.where(m == float("-inf"), 0.0, m) if guard else m
     out = torch.exp(x - shift[..., None]) / d[..., None]
     return torch.where(d[..., None] > 0, out, 0.0) if guard else out
@@ -30,14 +35,18 @@ def learner_softmax(x, block_size, *, rescale=True, per_block=False, guard=True)
 
 def test_online_softmax_right_answers_pass(capsys):
     check_online_softmax(learner_softmax)
-    check_online_softmax(online_softmax)
+    check_online_softmax(lambda x, b: learner_softmax(x.double(), b).to(x.dtype))  # computed in float64
     assert capsys.readouterr().out.count("✔ check_online_softmax passed") == 2
 
 
 @pytest.mark.parametrize("kwargs, hint", [
     (dict(rescale=False), "the running sum is not rescaled when the maximum grows"),
     (dict(per_block=True), "each block is normalised by its own sum"),
-    (dict(guard=False), "a row that sees nothing .* gives NaN"),
+    (dict(guard=False), "first block is all -inf .* came out NaN or zero: .* INSIDE the loop"),
+    (dict(guard_end_only=True), "first block is all -inf .* came out NaN or zero: .* INSIDE the loop"),
+    (dict(inverted=True), "the rescale factor is upside down"),
+    (dict(update=False), "the running maximum never moves: after each block set m = m_new"),
+    (dict(drop_last=True), "the last, shorter block is dropped"),
 ])
 def test_online_softmax_mistakes(kwargs, hint):
     with pytest.raises(Mistake, match=hint):
@@ -53,7 +62,8 @@ def test_online_softmax_stub_and_shape():
 
 # tiled attention ----------------------------------------------------------------------------------------------------
 def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=True, rescale_acc=True,
-                  per_tile=False, local_causal=False, guard=True):
+                  per_tile=False, local_causal=False, guard=True, guard_end_only=False, inverted=False, update=True,
+                  drop_last=False, scale=True, strict=False, skip="none", mask_with_causal=True):
     q_len, k_len = q.size(2), k.size(2)
     out = torch.zeros(*q.shape[:3], v.size(-1))
     for q0 in range(0, q_len, block_size):
@@ -61,27 +71,34 @@ def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=T
         m = torch.full(q.shape[:2] + (q1 - q0,), float("-inf"))
         l = torch.zeros(q.shape[:2] + (q1 - q0,))
         acc = torch.zeros(*q.shape[:2], q1 - q0, v.size(-1))
-        for k0 in range(0, k_len, block_size):
+        for k0 in range(0, k_len - block_size + 1 if drop_last else k_len, block_size):
             k1 = min(k0 + block_size, k_len)
-            s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(q.size(-1))
+            if causal and skip == "right" and k0 > q1 - 1:  # the whole tile lies above the diagonal
+                break
+            if causal and skip == "diagonal" and k0 >= q0:  # the slip: the diagonal tile goes too
+                break
+            s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / (math.sqrt(q.size(-1)) if scale else 1.0)
             if causal:
                 if local_causal:  # the classic slip: row and column inside the tile
                     visible = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool).tril()
+                elif strict:
+                    visible = torch.arange(k0, k1)[None, :] < torch.arange(q0, q1)[:, None]
                 else:
                     visible = torch.arange(k0, k1)[None, :] <= torch.arange(q0, q1)[:, None]
                 s = s.masked_fill(~visible, float("-inf"))
-            if mask is not None:
+            if mask is not None and (mask_with_causal or not causal):
                 s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             if per_tile:
                 acc = acc + s.softmax(-1).nan_to_num() @ v[:, :, k0:k1]
                 continue
             m_new = torch.maximum(m, s.max(-1).values)
-            shift = torch.where(m_new == float("-inf"), 0.0, m_new) if guard else m_new
+            shift = torch.where(m_new == float("-inf"), 0.0, m_new) if guard and not guard_end_only else m_new
             p = torch.exp(s - shift[..., None])
-            alpha = torch.exp(m - shift)
+            alpha = torch.exp(shift - m) if inverted else torch.exp(m - shift)
             l = (alpha * l if rescale_sum else l) + p.sum(-1)
             acc = (alpha[..., None] * acc if rescale_acc else acc) + p @ v[:, :, k0:k1]
-            m = m_new
+            if update:
+                m = m_new
         if per_tile:
             out[:, :, q0:q1] = acc
         elif guard:
@@ -93,7 +110,7 @@ def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=T
 
 def test_tiled_attention_right_answers_pass(capsys):
     check_tiled_attention(learner_tiled)
-    check_tiled_attention(lambda q, k, v, b, causal=False, mask=None: flash_attention(q, k, v, mask, b, causal))
+    check_tiled_attention(lambda *a: learner_tiled(*a, skip="right"))  # skipping the tiles above the diagonal
     assert capsys.readouterr().out.count("✔ check_tiled_attention passed") == 2
 
 
@@ -103,7 +120,16 @@ def test_tiled_attention_right_answers_pass(capsys):
     (dict(rescale_sum=False), "the output accumulator is rescaled but the running sum is not"),
     (dict(per_tile=True), "normalised by that tile's own sum"),
     (dict(local_causal=True), "the causal mask uses the row and column inside the tile"),
-    (dict(guard=False), "a query that may see no key gives NaN"),
+    (dict(guard=False), "first key tile is all masked .* came out NaN or zero: .* INSIDE the loop"),
+    (dict(guard_end_only=True), "first key tile is all masked .* came out NaN or zero: .* INSIDE the loop"),
+    (dict(inverted=True), "the rescale factor is upside down"),
+    (dict(update=False), "the running maximum never moves"),
+    (dict(drop_last=True), "the last, shorter block is dropped"),
+    (dict(scale=False), "the scores are not divided by sqrt\\(d_k\\)"),
+    (dict(strict=True), "the causal mask hides the diagonal"),
+    (dict(skip="diagonal"), "the causal skip drops the diagonal tile"),
+    (dict(skip="right", local_causal=True), "the tiles above the diagonal are skipped correctly, but"),
+    (dict(mask_with_causal=False), "with causal=True your function ignores `mask`"),
 ])
 def test_tiled_attention_mistakes(kwargs, hint):
     with pytest.raises(Mistake, match=hint):
@@ -111,8 +137,50 @@ def test_tiled_attention_mistakes(kwargs, hint):
 
 
 def test_tiled_attention_ignoring_the_mask_is_caught():
-    with pytest.raises(Mistake, match="differs from attention with the mask"):
+    with pytest.raises(Mistake, match="your function ignores `mask`: masked keys still get weight"):
         check_tiled_attention(lambda q, k, v, b, causal=False, mask=None: learner_tiled(q, k, v, b, causal))
+
+
+def explicit(q, k, v, block_size, causal=False, mask=None):  # right numbers, the whole (q_len, k_len) matrix
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    allowed = torch.ones(s.shape[-2:], dtype=torch.bool)
+    allowed = allowed.tril() if causal else allowed
+    allowed = allowed & mask if mask is not None else allowed
+    w = s.masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num()
+    return w @ v
+
+
+def test_the_explicit_full_matrix_is_not_tiled():
+    with pytest.raises(Mistake, match=r"NOT TILED: at length 256 with block_size=32 .* KiB at their peak"):
+        check_tiled_attention(explicit)
+
+
+from tfm_lesson.flash import flash_attention as fa  # noqa: E402 - an answer that renames the package's function
+
+
+def test_the_packages_implementation_is_refused_under_any_name():
+    import functools
+
+    import tfm_lesson as T
+    import torch.nn.functional as F
+
+    this_module = sys.modules[__name__]
+    answers = [
+        lambda q, k, v, b, causal=False, mask=None: flash_attention(q, k, v, mask, b, causal),
+        lambda q, k, v, b, causal=False, mask=None: fa(q, k, v, mask, b, causal),
+        lambda q, k, v, b, causal=False, mask=None: T.flash_attention(q, k, v, mask, b, causal),
+        lambda q, k, v, b, causal=False, mask=None, f=fa: f(q, k, v, mask, b, causal),
+        functools.partial(fa),
+        lambda q, k, v, b, causal=False, mask=None: this_module.fa(q, k, v, mask, b, causal),  # an attribute alias
+        lambda q, k, v, b, causal=False, mask=None: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                                  is_causal=causal),
+    ]
+    for answer in answers:
+        with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
+            check_tiled_attention(answer)
+    for answer in (online_softmax, lambda x, b: online_softmax(x, b), lambda x, b: x.logsumexp(-1)):
+        with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
+            check_online_softmax(answer)
 
 
 # arithmetic intensity -----------------------------------------------------------------------------------------------
@@ -137,3 +205,70 @@ def test_arithmetic_intensity_right_answer_passes(capsys):
 def test_arithmetic_intensity_mistakes(kwargs, hint):
     with pytest.raises(Mistake, match=hint):
         check_arithmetic_intensity(lambda *a: intensity(*a, **kwargs))
+
+
+# the backward pass --------------------------------------------------------------------------------------------------
+from tfm_lesson.checks import check_flash_backward  # noqa: E402
+
+
+def learner_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None, *, use_d=True, scale=True,
+                     guard=True):
+    d_k, q_len, k_len = q.size(-1), q.size(2), k.size(2)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    big_d = (grad_out * out).sum(-1) if use_d else torch.zeros_like(lse)  # (batch, heads, q_len)
+    none = lse == float("-inf")
+    safe = torch.where(none, 0.0, lse) if guard else lse
+    factor = 1 / math.sqrt(d_k) if scale else 1.0
+    for q0 in range(0, q_len, block_size):
+        q1 = min(q0 + block_size, q_len)
+        for k0 in range(0, k_len, block_size):
+            k1 = min(k0 + block_size, k_len)
+            s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
+            if causal:
+                s = s.masked_fill(torch.arange(k0, k1)[None, :] > torch.arange(q0, q1)[:, None], float("-inf"))
+            if mask is not None:
+                s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
+            p = torch.exp(s - safe[:, :, q0:q1, None])
+            if guard:
+                p = p.masked_fill(none[:, :, q0:q1, None], 0.0)
+            dv[:, :, k0:k1] += p.transpose(-2, -1) @ grad_out[:, :, q0:q1]
+            ds = p * (grad_out[:, :, q0:q1] @ v[:, :, k0:k1].transpose(-2, -1) - big_d[:, :, q0:q1, None])
+            dq[:, :, q0:q1] += ds @ k[:, :, k0:k1] * factor
+            dk[:, :, k0:k1] += ds.transpose(-2, -1) @ q[:, :, q0:q1] * factor
+    return dq, dk, dv
+
+
+def explicit_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+    return learner_backward(q, k, v, out, lse, grad_out, max(q.size(2), k.size(2)), causal, mask)  # one huge tile
+
+
+def autograd_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    s = leaves[0] @ leaves[1].transpose(-2, -1) / math.sqrt(q.size(-1))
+    o = s.softmax(-1) @ leaves[2]
+    return torch.autograd.grad(o, leaves, grad_out)
+
+
+def test_backward_right_answer_passes(capsys):
+    check_flash_backward(learner_backward)
+    assert "✔ check_flash_backward passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda *a: learner_backward(*a, use_d=False), "dV is right but dQ and dK are not: .* D = rowsum\\(dO \\* O\\)"),
+    (lambda *a: learner_backward(*a, scale=False), "dQ and dK are sqrt\\(d_k\\) times too large"),
+    (lambda *a: learner_backward(*a, guard=False), "NaN for a query that sees no key: its lse is -inf"),
+    (explicit_backward, "STORED P: at length 256 with block_size=32"),
+    (autograd_backward, "WRITE IT YOURSELF: .* `autograd`"),
+    (lambda *a: None, "did you forget a `return`"),
+])
+def test_backward_mistakes_named(fn, hint):
+    with pytest.raises(Mistake, match=hint):
+        check_flash_backward(fn)
+
+
+def test_backward_the_packages_is_refused():
+    from tfm_lesson.flash import _backward
+
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
+        check_flash_backward(lambda q, k, v, o, l, g, b, c=False, m=None: _backward(g, q, k, v, o, l, m, c, b))

@@ -1,6 +1,8 @@
 """Chapter 17 checkers: each classic mistake injected, and its named message asserted."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -52,6 +54,24 @@ def test_aer_possible_none_ignored():
 
 
 # induction score ------------------------------------------------------------------------------------------------------
+def test_aer_as_a_float32_tensor_passes_and_a_difference_shows_in_the_message(capsys):
+    check_alignment_error_rate(lambda a, s, p=None: torch.tensor(aer_sets(a, s, p), dtype=torch.float32))
+    assert "passed" in capsys.readouterr().out
+    with pytest.raises(Mistake, match=r"= \d\.\d{7}, expected \d\.\d{7}") as info:
+        check_alignment_error_rate(lambda a, s, p=None: aer_sets(a, s, p) + 2e-5)
+    got, want = re.search(r"= (\d\.\d{7}), expected (\d\.\d{7})", str(info.value)).groups()
+    assert got != want
+
+
+def test_aer_possible_only_named():
+    def possible_only(a, s, p=None):
+        a, s = set(a), set(s)
+        p = s if p is None else set(p)
+        return 1 - (len(a & s) + len(a & (p - s))) / (len(a) + len(s))
+    with pytest.raises(Mistake, match="the possible-but-not-sure links only"):
+        check_alignment_error_rate(possible_only)
+
+
 def test_induction_score_correct_passes(capsys):
     check_induction_score(prefix_matching_scores)
     assert "passed" in capsys.readouterr().out
@@ -74,37 +94,43 @@ def copy_itself(a, seg_len):
 @pytest.mark.parametrize("bug, match", [
     (first_half, "measured the FIRST half"), (whole_diagonal, "queries of the FIRST half"),
     (copy_itself, "duplicate-token head"), (lambda a, L: a[..., L + 1:, :].diagonal(dim1=-2, dim2=-1).mean(-1),
-                                            "differs from the mean")])
+                                            "differs from the mean"),
+    (lambda a, n: a[..., torch.arange(n + 1, 2 * n), torch.arange(n + 1, 2 * n) - n + 1].mean(-1),
+     "the last query of the repeat is missing"),
+    (lambda a, n: a[..., torch.arange(n, 2 * n), torch.arange(n, 2 * n) - n + 1].mean(-1), "off by one: position 0"),
+    (lambda a, n: a[..., torch.arange(n + 1, 2 * n + 1) - n + 1, torch.arange(n + 1, 2 * n + 1)].mean(-1),
+     "you read attention\\[..., key, query\\]"),
+])
 def test_induction_score_mistakes_named(bug, match):
     with pytest.raises(Mistake, match=match):
         check_induction_score(bug)
 
 
 # patch position -------------------------------------------------------------------------------------------------------
-def patch_right(corrupted, clean, head, position):
+def patch_right(clean, corrupted, head, position):
     out = corrupted.clone()
     out[:, position, head] = clean[:, position, head]
     return out
 
 
-def patch_previous(corrupted, clean, head, position):  # the key the head attends to, not the query
+def patch_previous(clean, corrupted, head, position):  # the key the head attends to, not the query
     out = corrupted.clone()
     out[:, position - 1, head] = clean[:, position - 1, head]
     return out
 
 
-def patch_in_place(corrupted, clean, head, position):
+def patch_in_place(clean, corrupted, head, position):
     corrupted[:, position, head] = clean[:, position, head]
     return corrupted
 
 
-def patch_all_positions(corrupted, clean, head, position):
+def patch_all_positions(clean, corrupted, head, position):
     out = corrupted.clone()
     out[:, :, head] = clean[:, :, head]
     return out
 
 
-def patch_all_heads(corrupted, clean, head, position):
+def patch_all_heads(clean, corrupted, head, position):
     out = corrupted.clone()
     out[:, position] = clean[:, position]
     return out
@@ -117,8 +143,10 @@ def test_patch_correct_passes(capsys):
 
 @pytest.mark.parametrize("bug, match", [
     (patch_previous, "patched position \\d+, not \\d+: patch the head where it writes"),
-    (patch_in_place, "in place"), (patch_all_positions, "changed positions"),
-    (patch_all_heads, "changed head\\(s\\)"), (lambda c, k, h, p: k.clone(), "whole clean run")])
+    (patch_in_place, "changed `corrupted` in place"), (patch_all_positions, "changed positions"),
+    (patch_all_heads, "changed head\\(s\\)"), (lambda k, c, h, p: k.clone(), "whole clean run"),
+    (lambda clean, corrupted, h, p: patch_right(corrupted, clean, h, p), "clean and corrupted are swapped"),
+])
 def test_patch_mistakes_named(bug, match):
     with pytest.raises(Mistake, match=match):
         check_patch_position(bug)

@@ -77,7 +77,7 @@ def merge_in_place(ids, pair, new_id):
      if any((a, b) == tuple(pair) for a, b in zip(ids, ids[1:])) else list(ids), "only the first occurrence"),
     (lambda ids, pair, new: merge_pair(ids, pair, new)[:-1] if ids and ids[-1] != pair[1] else merge_pair(ids, pair, new),
      "the last token went missing"),
-    (merge_in_place, "changed the list it was given"),
+    (merge_in_place, "changed `ids` in place"),
     (lambda ids, pair, new: None, "did you forget a `return`"),
     (lambda ids, pair, new: 1 / 0, "raised ZeroDivisionError"),
 ])

@@ -127,3 +127,41 @@ def test_quiz_module_runs_as_a_command(tmp_path, monkeypatch):
     out = tmp_path / "page.md"
     assert quiz.main([str(out)]) == 0 and out.read_text(encoding="utf-8").startswith("# Quizzes")
     assert quiz.main([]) == 2
+
+
+# the quizzes test the chapter, not the layout -------------------------------------------------------------------------
+def _course_questions() -> list[Question]:
+    return [q for chapter in quiz_chapters() for q in load_quiz(chapter)]
+
+
+def test_no_answer_position_is_a_safe_guess():
+    questions = _course_questions()
+    for position in range(max(len(q.options) for q in questions)):
+        share = sum(q.answer == position for q in questions) / len(questions)
+        assert share <= 0.40, (f"option {quiz.LETTERS[position]} is right in {share:.0%} of the course's "
+                               f"{len(questions)} questions: always answering it would pass")
+
+
+def test_the_longest_option_is_rarely_the_right_one():
+    questions = _course_questions()
+    longest = [q for q in questions if len(q.options[q.answer]) >= max(len(o) for o in q.options)]
+    share = len(longest) / len(questions)
+    assert share <= 0.40, (f"the right option is the longest in {len(longest)} of {len(questions)} questions "
+                           f"({share:.0%}): write distractors as long and specific as the right answer")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name[:2])
+def test_a_student_copy_stores_no_quiz_answers_and_restore_brings_the_page_back(path):
+    from tfm_lesson.course import restore, student_copy
+
+    nb = nbformat.read(path, as_version=4)
+    copy = student_copy(nb)
+    for cell in copy.cells:
+        if quiz.is_quiz_cell(cell):
+            assert cell.outputs == [], f"{path.name}: the student copy stores the quiz's answers"
+    text = nbformat.writes(copy)
+    for q in load_quiz(path.name[:2]):
+        assert q.feedback[q.answer] not in text, f"{path.name}: a right answer's feedback is stored"
+    restored = restore(copy, nb)
+    quiz_cells = [i for i, c in enumerate(nb.cells) if quiz.is_quiz_cell(c)]
+    assert quiz_cells and all(restored["cells"][i]["outputs"] == nb.cells[i].outputs for i in quiz_cells)

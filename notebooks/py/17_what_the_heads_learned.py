@@ -353,17 +353,17 @@ print(f"induction head (layer 1, head {ind_head}) patched at the repeat's querie
 # **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~10 min
 #
 # `patch_head` edits the heads' outputs just before `w_o`, shaped `(batch, len, heads, d_k)`. Write
-# `patch(corrupted, clean, head, position)` that returns a **new** tensor equal to `corrupted` except at
-# `[:, position, head]`, which comes from `clean`. Leave both inputs unchanged: the corrupted activations are
-# needed again for the next head.
+# `patch(clean, corrupted, head, position)`, with its arguments in `patch_head`'s order (the clean run first), that
+# returns a **new** tensor equal to `corrupted` except at `[:, position, head]`, which comes from `clean`. Leave
+# both inputs unchanged: the corrupted activations are needed again for the next head.
 
 # %%
-def patch(corrupted, clean, head, position):
+def patch(clean, corrupted, head, position):
     ...  # your turn: a patched copy of corrupted
 
 
 # %% tags=["solution"]
-def patch(corrupted, clean, head, position):
+def patch(clean, corrupted, head, position):
     out = corrupted.clone()                                          # (batch, len, heads, d_k)
     out[:, position, head] = clean[:, position, head]               # the query position, one head
     return out

@@ -59,7 +59,8 @@ import torch.nn.functional as F
 import tfm_lesson as T
 from tfm_lesson import viz
 from tfm_lesson.attention import scaled_dot_product_attention
-from tfm_lesson.checks import check_arithmetic_intensity, check_online_softmax, check_tiled_attention
+from tfm_lesson.checks import (check_arithmetic_intensity, check_flash_backward, check_online_softmax,
+                               check_tiled_attention)
 from tfm_lesson.flash import attention_lse, flash_attention, online_softmax
 from tfm_lesson.look.memory import peak_tensor_bytes, resident_peak_rise
 
@@ -149,7 +150,12 @@ for length in (512, 4096, 32768, 131072):
 #
 # ($D_r = \sum_j P_{rj}\, dP_{rj}$, which equals $\sum_c dO_{rc}\, O_{rc}$ because $O = PV$: one number per query,
 # from the saved output. The first FlashAttention paper saved $m$ and $\ell$; saving their combination $L$ is
-# FlashAttention-2's simplification.) Nothing of size $(\text{q\_len}, \text{k\_len})$ is stored: the scores
+# FlashAttention-2's simplification.)
+#
+# The $-\infty$ rule holds backwards too. A query that sees no key has $\ell = 0$, so $L = -\infty$, and
+# $e^{S - L} = e^{-\infty - (-\infty)}$ is NaN for its masked scores. Replace such an $L$ by 0 in the exponent and
+# set that query's row of $P$ to 0: its output was set to 0, it depends on no key, so it sends no gradient to
+# $K$ and $V$ and receives none ($dQ = 0$). Nothing of size $(\text{q\_len}, \text{k\_len})$ is stored: the scores
 # are computed twice, once forward and once backward. FlashAttention trades arithmetic for memory on purpose.
 #
 # ## Build it
@@ -524,7 +530,8 @@ print(f"length {length}, tiles of {block_size}: peak {peak / 2**20:.2f} MiB, {1e
 # Write `my_online_softmax(x, block_size)`: the softmax over the last axis of `x`, reading it in blocks of
 # `block_size` columns (the last block may be shorter) with a running maximum `m` and a running sum `d` per row,
 # then one pass that writes `exp(x - m) / d`. A row that is all `-inf` (nothing to attend to) must give zeros,
-# not NaN: where `m` is `-inf`, subtract 0 instead.
+# not NaN: where `m` is `-inf`, subtract 0 instead, in every block (a row may start with a block of `-inf`).
+# Write it yourself: the checker refuses the package's `online_softmax` and `flash_attention`, under any name.
 
 # %%
 def my_online_softmax(x, block_size):
@@ -558,7 +565,9 @@ check_online_softmax(my_online_softmax)
 # keys, with a running maximum, a running sum and an output accumulator per query, divided once at the end.
 # With `causal=True`, query position $i$ may see key position $j \le i$, positions counted in the whole
 # sequence. `mask` (boolean, True = may attend, shaped $(\text{batch}, \text{heads}, \text{q\_len},
-# \text{k\_len})$) hides keys too; a query that sees no key gets 0.
+# \text{k\_len})$) hides keys too, with or without `causal`; a query that sees no key gets 0. Write it yourself:
+# the checker refuses the package's `flash_attention` and PyTorch's SDPA, and measures your function's peak
+# memory with the package's tracer, which must stay below one full $(\text{q\_len}, \text{k\_len})$ matrix.
 
 # %%
 def my_tiled_attention(query, key, value, block_size, causal=False, mask=None):
@@ -622,6 +631,53 @@ def intensity(m, k, n, bytes_per_number):
 # %%
 # NBVAL_CHECK_OUTPUT
 check_arithmetic_intensity(intensity)
+
+# %% [markdown]
+# ### Exercise 4: the backward pass by recomputation
+# **Difficulty** 3/3 · **Importance** 2/3 · **Time** ~25 min
+#
+# Write `my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal, mask)` for float64 tensors
+# $(\text{batch}, \text{heads}, \text{len}, d)$: the gradients `(grad_q, grad_k, grad_v)` of the attention whose
+# output `out` and log-sum-exp `lse` (`-inf` for a query that sees no key) were saved by the forward pass,
+# `grad_out` being $dO$. Follow the math section tile by tile: recompute $P = e^{S - L}$ with the causal rule and
+# the mask, compute $D = \mathrm{rowsum}(dO \circ O)$ once, and let every pair of tiles add its share to $dQ$, $dK$
+# and $dV$. Remember the $-\infty$ rule. Write it yourself: the checker compares with autograd through the explicit
+# attention, refuses autograd and the package's backward, and measures that no $(\text{q\_len}, \text{k\_len})$
+# matrix is held at once.
+
+# %%
+def my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+    ...  # your turn: (grad_q, grad_k, grad_v)
+
+
+# %% tags=["solution"]
+def my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+    q_len, k_len, d_k = q.size(2), k.size(2), q.size(3)
+    grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    D = (grad_out * out).sum(dim=-1)  # (batch, heads, q_len): rowsum(dO * O), one number per query
+    sees_none = lse == float("-inf")  # a query that sees no key: P = 0, no gradient
+    L = torch.where(sees_none, 0.0, lse)  # so that exp(S - L) is never exp(-inf - (-inf))
+    for q0 in range(0, q_len, block_size):
+        q1 = min(q0 + block_size, q_len)
+        for k0 in range(0, k_len, block_size):
+            k1 = min(k0 + block_size, k_len)
+            S = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)  # (b, h, bq, bk)
+            if causal:  # positions in the sequence
+                S = S.masked_fill(torch.arange(k0, k1) > torch.arange(q0, q1)[:, None], float("-inf"))
+            if mask is not None:
+                S = S.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
+            P = torch.exp(S - L[:, :, q0:q1, None]).masked_fill(sees_none[:, :, q0:q1, None], 0.0)
+            dO = grad_out[:, :, q0:q1]
+            grad_v[:, :, k0:k1] += P.transpose(-2, -1) @ dO
+            dS = P * (dO @ v[:, :, k0:k1].transpose(-2, -1) - D[:, :, q0:q1, None])
+            grad_q[:, :, q0:q1] += dS @ k[:, :, k0:k1] / math.sqrt(d_k)
+            grad_k[:, :, k0:k1] += dS.transpose(-2, -1) @ q[:, :, q0:q1] / math.sqrt(d_k)
+    return grad_q, grad_k, grad_v
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+check_flash_backward(my_flash_backward)
 
 # %% [markdown]
 # ## Check your understanding

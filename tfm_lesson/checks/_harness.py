@@ -4,7 +4,8 @@ Three things every checker gets from here:
 
 * :class:`Mistake`, the exception a checker raises (its home is :mod:`._mistake`, which also renders it). In
   IPython/Jupyter it shows its message first, then only the frames of the learner's own code.
-* :func:`call` runs the learner's code under a time limit (:data:`TIME_LIMIT` seconds, an endless loop becomes a
+* :func:`call` runs the learner's code on copies of its inputs (an input changed in place is named, see
+  :mod:`._pristine`), under a time limit (:data:`TIME_LIMIT` seconds, an endless loop becomes a
   hint instead of a hung kernel; the limit itself is :mod:`._time_limit`) and turns the exceptions of common slips into hints.
 * :func:`run_on_device` runs the learner's code on the chapter's device (``tfm_lesson.default_device()``) and
   hands back CPU tensors to compare; :func:`check_device_placement` checks that a tensor the learner builds
@@ -14,12 +15,13 @@ Three things every checker gets from here:
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import torch
 from torch import Tensor, nn
 
 from ._mistake import Mistake
+from ._pristine import check_unchanged, copy_inputs
 from ._time_limit import TIME_LIMIT, time_limit
 
 __all__ = ["Mistake", "passed", "output_of", "close", "expect", "diagnose", "call", "time_limit", "TIME_LIMIT",
@@ -94,12 +96,18 @@ def explain_exception(exc: BaseException) -> str | None:
 
 
 def call(fn: Callable, *args: Any, what: str = "your code", limit: float | None = None,
-         explain: Callable[[Exception], str | None] | None = None, **kwargs: Any) -> Any:
-    """Call the learner's code under a time limit; an exception becomes a :class:`Mistake` that says where it came
-    from, with a hint when ``explain`` (then :func:`explain_exception`) recognises it."""
+         explain: Callable[[Exception], str | None] | None = None, mutable: Collection[int | str] = (),
+         **kwargs: Any) -> Any:
+    """Call the learner's code under a time limit, on copies of its inputs (:mod:`._pristine`): the caller's tensors
+    stay as they were, and an answer that changes an input in place fails naming it (except the positions or
+    keywords in ``mutable``, the arguments an exercise asks to change). An exception becomes a :class:`Mistake` that
+    says where it came from, with a hint when ``explain`` (then :func:`explain_exception`) recognises it."""
+    copies, kw_copies = copy_inputs(args), copy_inputs(kwargs)
+    copies = tuple(a if i in mutable else c for i, (a, c) in enumerate(zip(args, copies)))
+    kw_copies = {k: kwargs[k] if k in mutable else c for k, c in kw_copies.items()}
     try:
         with time_limit(limit, what=what):
-            return fn(*args, **kwargs)
+            result = fn(*copies, **kw_copies)
     except Mistake:
         raise
     except Exception as exc:  # the learner's exception, re-raised with context
@@ -107,6 +115,8 @@ def call(fn: Callable, *args: Any, what: str = "your code", limit: float | None 
         hint = (explain(exc) if explain is not None else None) or explain_exception(exc)
         message = f"{what} raised {type(exc).__name__}: {first}"
         raise Mistake(f"{message}. {hint}" if hint else f"{what} raised {type(exc).__name__}: {exc}") from exc
+    check_unchanged(fn, what, args, copies, kwargs, kw_copies, mutable)
+    return result
 
 
 def diagnose(got: Tensor, expected: Tensor, suspects: dict[str, Tensor], fallback: str, atol: float = 1e-5) -> None:

@@ -16,7 +16,8 @@ from typing import Any, Iterable, Iterator
 
 from ._harness import Mistake
 
-__all__ = ["learner_code", "forbid_reference_base", "forbid_names", "forbid_keyword", "forbid_loops"]
+__all__ = ["learner_code", "code_names", "forbid_reference_base", "forbid_names", "forbid_keyword", "forbid_loops",
+           "forbid_objects"]
 
 _LIBRARIES = ("tfm_lesson", "torch")
 
@@ -57,16 +58,28 @@ def learner_code(obj: Any, depth: int = 3) -> list[tuple[types.FunctionType, ast
             seen.add(id(fn))
             try:
                 tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-            except (OSError, TypeError, SyntaxError, IndentationError):
-                continue
+            except (OSError, TypeError, SyntaxError, IndentationError):  # a lambda inside a larger statement, say
+                tree = ast.Module(body=[], type_ignores=[])  # its compiled names are still read (code_names)
             found.append((fn, tree))
             if level < depth:
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                        target = fn.__globals__.get(node.id)
-                        if isinstance(target, (types.FunctionType, type)) and _is_learners(target):
-                            todo.append((target, level + 1))
+                loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+                for name in loaded if tree.body else code_names(fn):
+                    target = fn.__globals__.get(name)
+                    if isinstance(target, (types.FunctionType, type)) and _is_learners(target):
+                        todo.append((target, level + 1))
     return found
+
+
+def code_names(fn: types.FunctionType) -> set[str]:
+    """Every global or attribute name ``fn``'s compiled code (and the code of the functions and lambdas inside it)
+    refers to, read from the bytecode: it works where the source cannot be read."""
+    names: set[str] = set()
+    todo = [fn.__code__]
+    while todo:
+        code = todo.pop()
+        names.update(code.co_names)
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
 
 
 def _where(fn: types.FunctionType, node: ast.AST) -> str:
@@ -88,6 +101,10 @@ def forbid_names(obj: Any, names: Iterable[str], what: str, why: str) -> None:
     learner's own), e.g. the reference function an exercise asks to rewrite."""
     names = set(names)
     for fn, tree in learner_code(obj):
+        if not tree.body:  # no source to point at: the compiled names say it
+            used = sorted(n for n in code_names(fn) & names if not _is_learners_name(fn, n))
+            if used:
+                raise Mistake(f"WRITE IT YOURSELF: your {what} uses `{used[0]}` in `{fn.__qualname__}`. {why}")
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in names:
                 used = node.attr
@@ -128,3 +145,50 @@ def forbid_loops(obj: Any, what: str, why: str) -> None:
                 kind = {ast.For: "a `for` loop", ast.AsyncFor: "a `for` loop", ast.While: "a `while` loop"}.get(
                     type(node), "a comprehension (a loop in one line)")
                 raise Mistake(f"NO LOOP: your {what} has {kind} in {_where(fn, node)}. {why}")
+
+
+def _resolve(fn: types.FunctionType, name: str) -> Any:
+    """What ``name`` means inside ``fn``: a variable of its closure, else a global of its module."""
+    if name in fn.__code__.co_freevars and fn.__closure__:
+        cell = fn.__closure__[fn.__code__.co_freevars.index(name)]
+        try:
+            return cell.cell_contents
+        except ValueError:  # an empty cell
+            return None
+    return fn.__globals__.get(name)
+
+
+def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> None:
+    """The learner's code may not use any of ``objects`` (label -> object) under any name: imported as another name,
+    held in a closure or a default argument, or wrapped in ``functools.partial``. The answer itself may not be one."""
+    targets = {id(o): label for label, o in objects.items()}
+
+    def label_of(value: Any) -> str | None:
+        for candidate in (value, getattr(value, "func", None), getattr(value, "__wrapped__", None)):
+            if candidate is not None and id(candidate) in targets:
+                return targets[id(candidate)]
+        return None
+
+    used = label_of(obj)
+    if used:
+        raise Mistake(f"WRITE IT YOURSELF: your {what} is the package's `{used}`. {why}")
+    for fn, tree in learner_code(obj):
+        for value in (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()):
+            used = label_of(value)
+            if used:
+                raise Mistake(f"WRITE IT YOURSELF: your {what} takes the package's `{used}` as a default argument "
+                              f"in `{fn.__qualname__}`. {why}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                used = label_of(_resolve(fn, node.id))
+                if used:
+                    raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{node.id}`) in "
+                                  f"{_where(fn, node)}. {why}")
+        names = (*code_names(fn), *fn.__code__.co_freevars)
+        modules = [m for m in (_resolve(fn, n) for n in names) if isinstance(m, types.ModuleType)]
+        for name in names:  # a name, or an attribute of a module the code names (`flash.fa`, `T.flash_attention`)
+            used = label_of(_resolve(fn, name)) or next(
+                (label for label in (label_of(getattr(m, name, None)) for m in modules) if label), None)
+            if used:
+                raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{name}`) in "
+                              f"`{fn.__qualname__}`. {why}")

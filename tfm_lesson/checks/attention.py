@@ -204,7 +204,20 @@ def check_attention(fn: Callable[..., object], corner_cases: bool = True) -> Non
     (expected: zeros) and in float16 and bfloat16; ``corner_cases=False`` leaves those two out (chapter 01 asks
     for plain masking; chapter 02 teaches the rest).
     """
-    # 1. no mask, several shapes and dtypes
+    _check_unmasked(fn)
+    q, k, v, g = _check_masked(fn)
+    if not corner_cases:
+        passed("check_attention", "matches tfm_lesson.scaled_dot_product_attention on 2-D and (batch, heads) inputs, "
+                                  "float32 and float64, without a mask and with padding and random masks")
+        return
+    _check_fully_masked_rows(fn, q, k, v, g)
+    _check_half_precision(fn)
+    passed("check_attention", "matches tfm_lesson.scaled_dot_product_attention on 2-D and (batch, heads) inputs, "
+                              "float32/64/16 and bfloat16, padding and random masks, fully masked rows give zeros")
+
+
+def _check_unmasked(fn: Callable[..., object]) -> None:
+    """No mask, several shapes and dtypes: the scale, the softmax's axis and its normalisation."""
     for i, (lead, q_len, k_len, dtype) in enumerate(_cases()):
         g = _gen(600 + i)
         q, k = _randn(*lead, q_len, D_K, dtype=dtype, g=g), _randn(*lead, k_len, D_K, dtype=dtype, g=g)
@@ -224,7 +237,10 @@ def check_attention(fn: Callable[..., object], corner_cases: bool = True) -> Non
         expect(got.dtype == dtype, f"for {dtype} inputs your output is {got.dtype}: keep the input dtype")
         _check_weights(result, expected_w)
 
-    # 2. masks: each query row keeps at least one key and loses at least one (no fully masked rows yet)
+
+def _check_masked(fn: Callable[..., object]) -> tuple[Tensor, Tensor, Tensor, torch.Generator]:
+    """Masks where each query row keeps at least one key and loses at least one (no fully masked rows yet);
+    returns the inputs and the generator for the next step."""
     g = _gen(700)
     lead, q_len, k_len = (2, 3), 5, 7
     q, k = _randn(*lead, q_len, D_K, dtype=torch.float32, g=g), _randn(*lead, k_len, D_K, dtype=torch.float32, g=g)
@@ -235,33 +251,35 @@ def check_attention(fn: Callable[..., object], corner_cases: bool = True) -> Non
         result = _attn(fn, q, k, v, mask, lead)
         got = output_of(result)
         expected, expected_w = scaled_dot_product_attention(q, k, v, mask)
-        suspects = {
-            "your output matches the INVERTED mask: in tfm_lesson (as in F.scaled_dot_product_attention) True "
-            "means MAY attend; fill the scores where the mask is False: scores.masked_fill(~mask, -inf). "
-            "(nn.MultiheadAttention uses the opposite, True = blocked.)":
-                _naive(q, k, v, ~mask),
-            "your output ignores the mask: masked keys still receive attention. Fill their scores with -inf "
-            "before the softmax.": _naive(q, k, v),
-            "the mask was applied AFTER the softmax (weights * mask): masked keys get zero weight but the rows no "
-            "longer sum to one. Mask the scores before the softmax instead.": _naive(q, k, v, mask, how="after"),
-            "your scores were multiplied by the mask: a masked score becomes 0, not -inf, so masked keys still "
-            "get exp(0) = 1 of weight. Use scores.masked_fill(~mask, float('-inf')).":
-                _naive(q, k, v, mask, how="multiply-scores"),
-        }
-        diagnose(got, expected, suspects, f"with a mask of shape {tuple(mask.shape)} your output differs from the "
-                                          "reference (True = may attend, broadcast to (batch, heads, q_len, k_len))",
-                 atol=1e-4)
+        diagnose(got, expected, _mask_suspects(q, k, v, mask),
+                 f"with a mask of shape {tuple(mask.shape)} your output differs from the reference (True = may "
+                 "attend, broadcast to (batch, heads, q_len, k_len))", atol=1e-4)
         _check_weights(result, expected_w)
-    if not corner_cases:
-        passed("check_attention", "matches tfm_lesson.scaled_dot_product_attention on 2-D and (batch, heads) inputs, "
-                                  "float32 and float64, without a mask and with padding and random masks")
-        return
+    return q, k, v, g
 
-    # 3. fully masked query rows: expected zeros, not NaN and not the mean of the values
+
+def _mask_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> dict[str, Tensor]:
+    return {
+        "your output matches the INVERTED mask: in tfm_lesson (as in F.scaled_dot_product_attention) True "
+        "means MAY attend; fill the scores where the mask is False: scores.masked_fill(~mask, -inf). "
+        "(nn.MultiheadAttention uses the opposite, True = blocked.)": _naive(q, k, v, ~mask),
+        "your output ignores the mask: masked keys still receive attention. Fill their scores with -inf "
+        "before the softmax.": _naive(q, k, v),
+        "the mask was applied AFTER the softmax (weights * mask): masked keys get zero weight but the rows no "
+        "longer sum to one. Mask the scores before the softmax instead.": _naive(q, k, v, mask, how="after"),
+        "your scores were multiplied by the mask: a masked score becomes 0, not -inf, so masked keys still "
+        "get exp(0) = 1 of weight. Use scores.masked_fill(~mask, float('-inf')).":
+            _naive(q, k, v, mask, how="multiply-scores"),
+    }
+
+
+def _check_fully_masked_rows(fn: Callable[..., object], q: Tensor, k: Tensor, v: Tensor, g: torch.Generator) -> None:
+    """Fully masked query rows: expected zeros, not NaN and not the mean of the values."""
+    lead, q_len, k_len = q.shape[:-2], q.size(-2), k.size(-2)
     mask = _mask_with_both((2, 1, q_len, k_len), g)
     mask[0, 0, 1] = False  # batch 0, query 1 sees no key
     mask[1, 0, 4] = False  # batch 1, query 4 sees no key
-    result = _attn(fn, q, k, v, mask, lead)
+    result = _attn(fn, q, k, v, mask, tuple(lead))
     got = output_of(result)
     expected, expected_w = scaled_dot_product_attention(q, k, v, mask)
     empty = ~mask.any(-1).expand(*lead, q_len)  # (batch, heads, q_len): True for the fully masked rows
@@ -279,7 +297,10 @@ def check_attention(fn: Callable[..., object], corner_cases: bool = True) -> Non
              atol=1e-4)
     _check_weights(result, expected_w)
 
-    # 4. half precision (on CPU too): a mask filled with -1e9 overflows float16
+
+def _check_half_precision(fn: Callable[..., object]) -> None:
+    """float16 and bfloat16 (on CPU too): a mask filled with -1e9 overflows float16."""
+    q_len, k_len = 5, 7
     for dtype, atol in ((torch.float16, 1e-2), (torch.bfloat16, 5e-2)):
         g = _gen(800)
         q, k = _randn(2, q_len, D_K, dtype=dtype, g=g), _randn(2, k_len, D_K, dtype=dtype, g=g)
@@ -291,8 +312,6 @@ def check_attention(fn: Callable[..., object], corner_cases: bool = True) -> Non
                f"in {dtype} your output has NaN/inf. {OVERFLOW_HINT}")
         expect(got.dtype == dtype, f"for {dtype} inputs your output is {got.dtype}: keep the input dtype")
         diagnose(got.double(), expected, {}, f"in {dtype} your output differs from the reference", atol=atol)
-    passed("check_attention", "matches tfm_lesson.scaled_dot_product_attention on 2-D and (batch, heads) inputs, "
-                              "float32/64/16 and bfloat16, padding and random masks, fully masked rows give zeros")
 
 
 # --- attention as a lookup table you design ---------------------------------------------------------------------

@@ -8,7 +8,10 @@ arithmetic intensity.
 - ``check_arithmetic_intensity(fn)``: ``fn(m, k, n, bytes_per_number) -> FLOPs per byte`` of an ``(m, k) @ (k, n)``
   product that reads both inputs and writes the output once.
 
-Each classic mistake is recomputed here and named when the learner's output matches it.
+Each classic mistake is recomputed (:mod:`._flash_slips`) and named when the learner's output matches it. The
+package's own ``flash_attention`` / ``online_softmax`` (and PyTorch's SDPA) are refused, under any name: the
+exercises say "write it yourself"; the tiled exercise must also stay below the full score matrix's memory,
+measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`.
 """
 from __future__ import annotations
 
@@ -18,187 +21,146 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from ..look.memory import peak_tensor_bytes
+from ._flash_slips import (NAN_QUERY, NAN_ROW, ONLINE_SLIPS, TILED_SLIPS, name_the_slip, nan_symptom, online,
+                           reference_attention, reference_softmax, tiled)
 from ._harness import Mistake, call, close, expect, output_of, passed
+from ._rules import forbid_names, forbid_objects
 
 __all__ = ["check_online_softmax", "check_tiled_attention", "check_arithmetic_intensity"]
 
-NO_RESCALE = ("the running sum is not rescaled when the maximum grows: a block with a larger maximum m_new makes the "
-              "old sum (measured against the old m) too large; multiply it by exp(m - m_new) before adding the block's "
-              "exp(x - m_new)")
-NO_RESCALE_BOTH = ("the running sum and the output accumulator are not rescaled when the maximum grows: multiply both "
-                   "l and acc by alpha = exp(m - m_new) before adding the new tile's p.sum(-1) and p @ v")
-NO_RESCALE_ACC = ("the running sum is rescaled but the output accumulator is not: acc was summed against the old "
-                  "maximum too, so it needs the same factor, acc = alpha * acc + p @ v with alpha = exp(m - m_new)")
-NO_RESCALE_SUM = ("the output accumulator is rescaled but the running sum is not: l = alpha * l + p.sum(-1), with the "
-                  "same alpha = exp(m - m_new) as acc")
-PER_BLOCK = ("each block is normalised by its own sum: the softmax divides by the sum over the WHOLE row, known only "
-             "after the last block; keep the unnormalised exp(x - m) sums and divide once, at the end")
-PER_BLOCK_ATT = ("each tile's probabilities are normalised by that tile's own sum (softmax per tile): the weights "
-                 "of a query sum to 1 over ALL its keys, so divide the accumulator by the running sum l of every "
-                 "tile seen, once after the last key tile")
-CAUSAL_LOCAL = ("the causal mask uses the row and column inside the tile: query q0 + r may see key k0 + c when "
-                "k0 + c <= q0 + r, i.e. compare the positions in the whole sequence (torch.arange(q0, q1) against "
-                "torch.arange(k0, k1)), not torch.ones(block_q, block_k).tril()")
-NAN_ROW = ("a row that sees nothing (all -inf) gives NaN: exp(-inf - (-inf)) is NaN. Subtract 0 instead of a -inf "
-           "maximum (torch.where(m == -inf, 0, m)), and give such a row 0: the course's rule for a query with no key")
-NAN_QUERY = ("a query that may see no key gives NaN: its maximum stays -inf and exp(-inf - (-inf)) is NaN, and its sum "
-             "l is 0. Subtract 0 where m is -inf, and set the output of a query with l == 0 to 0 (the course's rule)")
+FORBIDDEN_WHY = ("The exercise asks you to write the tiles yourself; the package's flash attention, online softmax, "
+                 "attention_lse and PyTorch's scaled_dot_product_attention or logsumexp would do the work.")
 
 
-def _safe(m: Tensor) -> Tensor:
-    return torch.where(torch.isinf(m) & (m < 0), 0.0, m)
+def _forbid_package(fn: Callable, what: str) -> None:
+    """The package's (or PyTorch's) finished implementation is refused, under any name."""
+    from .. import flash as package
+
+    objects = {name: getattr(package, name) for name in ("flash_attention", "online_softmax", "attention_lse",
+                                                         "FlashAttention", "_forward", "_backward")}
+    objects["F.scaled_dot_product_attention"] = torch.nn.functional.scaled_dot_product_attention
+    forbid_objects(fn, objects, what, FORBIDDEN_WHY)
+    forbid_names(fn, ("flash_attention", "online_softmax", "attention_lse", "FlashAttention",
+                      "scaled_dot_product_attention", "logsumexp"), what, FORBIDDEN_WHY)
 
 
-def _softmax_ref(x: Tensor) -> Tensor:
-    out = x.softmax(dim=-1)
-    return torch.where(torch.isinf(x).all(dim=-1, keepdim=True) & (x < 0).all(dim=-1, keepdim=True), 0.0, out)
-
-
-def _online(x: Tensor, block: int, bug: str | None) -> Tensor:
-    """The online softmax, or one of its classic mistakes."""
-    if bug == "per_block":
-        parts = [torch.nan_to_num(x[..., s:s + block].softmax(dim=-1)) for s in range(0, x.size(-1), block)]
-        return torch.cat(parts, dim=-1)
-    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
-    d = torch.zeros(x.shape[:-1], dtype=x.dtype)
-    for s in range(0, x.size(-1), block):
-        blk = x[..., s:s + block]
-        m_new = torch.maximum(m, blk.amax(dim=-1))
-        scale = torch.ones_like(d) if bug == "no_rescale" else torch.exp(m - _safe(m_new))
-        d = d * scale + torch.exp(blk - _safe(m_new).unsqueeze(-1)).sum(dim=-1)
-        m = m_new
-    out = torch.exp(x - _safe(m).unsqueeze(-1)) / d.unsqueeze(-1)
-    return torch.where((d > 0).unsqueeze(-1), out, 0.0)
-
-
-def check_online_softmax(fn: Callable) -> None:
-    """``fn(x, block_size)`` must equal ``x.softmax(-1)`` (0 for a row of -inf) for block sizes that do and do not
-    divide the row, with the maximum growing from block to block."""
-    gen = torch.Generator().manual_seed(18)
+def _softmax_cases(gen: torch.Generator) -> list[tuple[Tensor, int]]:
     rising = torch.arange(24.0).repeat(3, 1) * 2 + torch.randn(3, 24, generator=gen)  # the max grows each block
     masked = torch.randn(4, 19, generator=gen) * 3
     masked[0, 5:] = float("-inf")
     masked[1, ::2] = float("-inf")
-    cases = [(rising, 4), (rising, 5), (torch.randn(2, 3, 17, generator=gen) * 4, 6), (masked, 4),
-             (torch.randn(5, 8, generator=gen), 8), (torch.randn(2, 10, generator=gen), 1)]
+    late = torch.tensor([[float("-inf")] * 4 + [1.0, 2.0, 3.0, 0.5], [0.3, -1.0, 2.0, 0.1, 1.0, 4.0, -2.0, 0.0]])
+    return [(rising, 4), (rising, 5), (torch.randn(2, 3, 17, generator=gen) * 4, 6), (masked, 4), (late, 4),
+            (torch.randn(5, 8, generator=gen), 8), (torch.randn(2, 10, generator=gen), 1),
+            (torch.randn(3, 13, generator=gen, dtype=torch.float64) * 3, 4)]
+
+
+def check_online_softmax(fn: Callable) -> None:
+    """``fn(x, block_size)`` must equal ``x.softmax(-1)`` (0 for a row of -inf) for block sizes that do and do not
+    divide the row, with the maximum growing from block to block, and a row whose first block is all -inf."""
+    _forbid_package(fn, "online softmax")
+    gen = torch.Generator().manual_seed(18)
+    cases = _softmax_cases(gen)
     for x, block in cases:
-        what = f"your function(x of shape {tuple(x.shape)}, block_size={block})"
-        got = output_of(call(fn, x.clone(), block, what=what))
-        want = _softmax_ref(x)
+        what = f"your function(x of shape {tuple(x.shape)}, {x.dtype}, block_size={block})"
+        got = output_of(call(fn, x, block, what=what))
+        want = reference_softmax(x)
         if close(got, want):
             continue
         expect(got.shape == want.shape, f"{what} returned shape {tuple(got.shape)}, expected {tuple(want.shape)}: "
                                         "one probability per score")
-        for bug, hint in (("no_rescale", NO_RESCALE), ("per_block", PER_BLOCK)):
-            if close(got, _online(x, block, bug)):
-                raise Mistake(hint)
-        raise Mistake(f"{what} differs from softmax(x, dim=-1) (largest difference "
-                      f"{(got.float() - want.float()).abs().nan_to_num(float('inf')).max().item():.3g})")
+        neg_inf = torch.isinf(x) & (x < 0)
+        nan_symptom(got, neg_inf.all(dim=-1), neg_inf[..., :block].all(dim=-1), NAN_ROW,
+                    ONLINE_SLIPS["guard_final_only"])
+        err = (got.double() - want.double()).abs().nan_to_num(float("inf")).max().item()
+        name_the_slip(got, ONLINE_SLIPS, lambda bug: online(x, block, bug),
+                      f"{what} differs from softmax(x, dim=-1) (largest difference {err:.3g})")
     empty = torch.randn(3, 10, generator=gen)
     empty[1] = float("-inf")
-    got = output_of(call(fn, empty.clone(), 4, what="your function(x with a row of -inf, block_size=4)"))
+    got = output_of(call(fn, empty, 4, what="your function(x with a row of -inf, block_size=4)"))
     expect(not torch.isnan(got).any(), NAN_ROW)
-    expect(close(got, _softmax_ref(empty)), "a row that is all -inf must give 0 (nothing to attend to), the other rows "
-                                            "their softmax")
+    expect(close(got, reference_softmax(empty)), "a row that is all -inf must give 0 (nothing to attend to), the "
+                                                 "other rows their softmax")
     passed("check_online_softmax", f"{len(cases) + 1} cases (block sizes that divide the row and that do not, a "
-                                   "maximum that grows, -inf entries, a row of -inf) equal softmax")
+                                   "maximum that grows, a first block of -inf, a row of -inf, float32 and float64) "
+                                   "equal softmax")
 
 
-def _tiled(q: Tensor, k: Tensor, v: Tensor, block: int, causal: bool, mask: Tensor | None,
-           bug: str | None = None) -> Tensor:
-    """Tiled attention, or one of its classic mistakes (``bug``)."""
-    b, h, q_len, d_k = q.shape
-    k_len = k.size(2)
-    out = q.new_zeros(b, h, q_len, v.size(-1))
-    for q0 in range(0, q_len, block):
-        q1 = min(q0 + block, q_len)
-        m = q.new_full((b, h, q1 - q0), float("-inf"))
-        l = q.new_zeros(b, h, q1 - q0)
-        acc = q.new_zeros(b, h, q1 - q0, v.size(-1))
-        for k0 in range(0, k_len, block):
-            k1 = min(k0 + block, k_len)
-            s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
-            allowed = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool)
-            if causal and bug == "causal_local":
-                allowed = allowed.tril()
-            elif causal:
-                allowed = torch.arange(k0, k1) <= torch.arange(q0, q1).unsqueeze(-1)
-            if mask is not None:
-                allowed = allowed & mask[..., q0:q1, k0:k1]
-            s = s.masked_fill(~allowed, float("-inf"))
-            if bug == "per_block":
-                acc = acc + torch.nan_to_num(s.softmax(dim=-1)) @ v[:, :, k0:k1]
-                continue
-            m_new = torch.maximum(m, s.amax(dim=-1))
-            p = torch.exp(s - _safe(m_new).unsqueeze(-1))
-            alpha = torch.exp(m - _safe(m_new))
-            l = (l if bug in ("no_rescale", "no_rescale_sum") else alpha * l) + p.sum(dim=-1)
-            acc = (acc if bug in ("no_rescale", "no_rescale_acc") else alpha.unsqueeze(-1) * acc) + p @ v[:, :, k0:k1]
-            m = m_new
-        if bug == "per_block":
-            out[:, :, q0:q1] = acc
-        else:
-            out[:, :, q0:q1] = torch.where((l > 0).unsqueeze(-1), acc / torch.where(l > 0, l, 1.0).unsqueeze(-1), 0.0)
-    return out
+def _qkv(gen: torch.Generator, q_len: int, k_len: int, d_k: int = 8, rising: bool = False):
+    q = torch.randn(2, 2, q_len, d_k, generator=gen)
+    k = torch.randn(2, 2, k_len, d_k, generator=gen)
+    if rising:  # later keys score higher: the running maximum grows at every tile
+        k = k + 0.4 * torch.arange(k_len).view(1, 1, k_len, 1) * q.mean(dim=2, keepdim=True).sign()
+    return q, k, torch.randn(2, 2, k_len, d_k, generator=gen)
 
 
-def _reference(q: Tensor, k: Tensor, v: Tensor, causal: bool, mask: Tensor | None) -> Tensor:
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (batch, heads, q_len, k_len)
+def _tiled_cases(gen: torch.Generator) -> list:
+    """(q, k, v, block, causal, mask): tiles that do and do not divide, causal, masks that hide whole early tiles."""
+    left = torch.ones(2, 1, 1, 11, dtype=torch.bool)
+    left[0, ..., :5] = False  # left padding: the first key tile (block 4) is all masked, later ones are not
+    empty = torch.ones(2, 2, 10, 10, dtype=torch.bool)
+    empty[0, 1, 3] = False  # this query sees no key
+    empty[1, :, :, 6:] = False  # right padding
+    pad = torch.ones(2, 1, 1, 13, dtype=torch.bool)
+    pad[1, ..., 9:] = False
+    return [(*_qkv(gen, 12, 12, rising=True), 4, False, None), (*_qkv(gen, 13, 13), 5, False, None),
+            (*_qkv(gen, 9, 14), 4, False, None), (*_qkv(gen, 12, 12), 4, True, None),
+            (*_qkv(gen, 13, 13, rising=True), 5, True, None), (*_qkv(gen, 16, 16), 16, True, None),
+            (*_qkv(gen, 7, 11), 4, False, left.expand(2, 2, 7, 11)), (*_qkv(gen, 10, 10), 4, False, empty),
+            (*_qkv(gen, 13, 13), 4, True, pad.expand(2, 2, 13, 13))]
+
+
+def _visible(q: Tensor, k: Tensor, causal: bool, mask: Tensor | None) -> Tensor:
     allowed = torch.ones(q.size(2), k.size(2), dtype=torch.bool)
-    if causal:
-        allowed = allowed.tril()
-    if mask is not None:
-        allowed = allowed & mask
-    has_key = allowed.any(dim=-1, keepdim=True)
-    weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-    return torch.where(has_key, torch.nan_to_num(weights), 0.0) @ v
+    allowed = allowed.tril() if causal else allowed
+    return (allowed & mask if mask is not None else allowed).expand(q.size(0), q.size(1), q.size(2), k.size(2))
 
 
 def check_tiled_attention(fn: Callable) -> None:
     """``fn(query, key, value, block_size, causal=False, mask=None)`` must equal attention (the course's rule: a query
     with no visible key gets 0) without causal mask and with it, for block sizes that do and do not divide the
-    length, and with a mask that hides every key from some queries."""
+    length, with masks that hide a whole first tile or every key of a query, and ``causal`` with a ``mask``; its
+    peak memory must stay below the full score matrix's."""
+    _forbid_package(fn, "tiled attention")
     gen = torch.Generator().manual_seed(18)
-
-    def qkv(q_len, k_len, d_k=8, rising=False):
-        q = torch.randn(2, 2, q_len, d_k, generator=gen)
-        k = torch.randn(2, 2, k_len, d_k, generator=gen)
-        if rising:  # later keys score higher: the running maximum grows at every tile
-            k = k + 0.4 * torch.arange(k_len).view(1, 1, k_len, 1) * q.mean(dim=2, keepdim=True).sign()
-        return q, k, torch.randn(2, 2, k_len, d_k, generator=gen)
-
-    cases = [(qkv(12, 12, rising=True), 4, False, None), (qkv(13, 13), 5, False, None), (qkv(9, 14), 4, False, None),
-             (qkv(12, 12), 4, True, None), (qkv(13, 13, rising=True), 5, True, None), (qkv(16, 16), 16, True, None)]
-    for (q, k, v), block, causal, mask in cases:
+    cases = _tiled_cases(gen)
+    for q, k, v, block, causal, mask in cases:
         what = (f"your function(query {tuple(q.shape)}, key {tuple(k.shape)}, value, block_size={block}, "
-                f"causal={causal})")
-        got = output_of(call(fn, q.clone(), k.clone(), v.clone(), block, causal, what=what))
-        want = _reference(q, k, v, causal, None)
+                f"causal={causal}, mask={'None' if mask is None else 'a boolean mask'})")
+        got = output_of(call(fn, q, k, v, block, causal, mask, what=what))
+        want = reference_attention(q, k, v, causal, mask)
         if close(got, want):
             continue
         expect(got.shape == want.shape, f"{what} returned shape {tuple(got.shape)}, expected (batch, heads, q_len, "
                                         f"d_v) = {tuple(want.shape)}")
-        expect(not torch.isnan(got).any(), f"{what} returned NaN where every query sees at least one key: a -inf "
-                                           "maximum or a 0 sum somewhere? " + NAN_QUERY)
-        for bug, hint in (("no_rescale", NO_RESCALE_BOTH), ("no_rescale_acc", NO_RESCALE_ACC),
-                          ("no_rescale_sum", NO_RESCALE_SUM), ("per_block", PER_BLOCK_ATT),
-                          ("causal_local", CAUSAL_LOCAL)):
-            if close(got, _tiled(q, k, v, block, causal, None, bug)):
-                raise Mistake(hint)
-        raise Mistake(f"{what} differs from softmax(Q K^T / sqrt(d_k)) V (largest difference "
-                      f"{(got.float() - want.float()).abs().max().item():.3g})")
-    q, k, v = qkv(10, 10)
-    mask = torch.ones(2, 2, 10, 10, dtype=torch.bool)
-    mask[0, 1, 3] = False  # this query sees no key
-    mask[1, :, :, 6:] = False  # padding
-    what = "your function(query (2, 2, 10, 8), key, value, block_size=4, causal=False, mask with a row of False)"
-    got = output_of(call(fn, q.clone(), k.clone(), v.clone(), 4, False, mask.clone(), what=what))
-    expect(not torch.isnan(got).any(), NAN_QUERY)
-    want = _reference(q, k, v, False, mask)
-    expect(close(got, want), f"{what} differs from attention with the mask (True = may attend; a query that sees no "
-                             "key gets 0)")
-    passed("check_tiled_attention", f"{len(cases) + 1} cases (tiles that divide the length and that do not, causal, "
-                                    "a growing maximum, a query that sees no key) equal attention")
+        visible = _visible(q, k, causal, mask)  # (batch, heads, q_len, k_len)
+        nan_symptom(got, ~visible.any(dim=-1), ~visible[..., :block].any(dim=-1), NAN_QUERY,
+                    TILED_SLIPS["guard_final_only"])
+        err = (got.double() - want.double()).abs().nan_to_num(float("inf")).max().item()
+        fallback = (NAN_QUERY if torch.isnan(got).any() else
+                    f"{what} differs from softmax(Q K^T / sqrt(d_k)) V (largest difference {err:.3g})")
+        name_the_slip(got, TILED_SLIPS, lambda bug: tiled(q, k, v, block, causal, mask, bug), fallback)
+    _check_tiled_memory(fn)
+    passed("check_tiled_attention", f"{len(cases)} cases (tiles that divide the length and that do not, causal, a "
+                                    "growing maximum, a masked first tile, a query that sees no key, causal with a "
+                                    "mask) equal attention, and the peak memory stays below the score matrix")
+
+
+def _check_tiled_memory(fn: Callable) -> None:
+    """Measured with the package's tracer: the answer's tensors may never hold a full (q_len, k_len) matrix."""
+    length, block = 256, 32
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 1, length, 16, generator=gen) for _ in range(3))
+    square = length * length * q.element_size()  # one (q_len, k_len) matrix of scores
+    with torch.no_grad():
+        peak = call(peak_tensor_bytes, fn, q, k, v, block, False, None,
+                    what=f"your function(query (1, 1, {length}, 16), ..., block_size={block})")
+    expect(peak < square, f"NOT TILED: at length {length} with block_size={block} your function's tensors held "
+                          f"{peak / 1024:.0f} KiB at their peak, as much as the full (q_len, k_len) score matrix "
+                          f"({square / 1024:.0f} KiB) or more: it builds the whole matrix (Q K^T at once, or a full "
+                          "mask or weight matrix). Compute one (block, block) tile of scores at a time; only the "
+                          "running maximum, sum and accumulator live across tiles")
 
 
 def check_arithmetic_intensity(fn: Callable) -> None:

@@ -256,21 +256,9 @@ def _written_yourself(cls: type[nn.Module]) -> None:
                  f"That is a ready-made attention; the exercise asks you to {instead} yourself")
 
 
-def check_multi_head_attention(cls: type[nn.Module], *, written_yourself: bool = True) -> None:
-    """``cls(d_model, heads)`` with ``w_q, w_k, w_v, w_o`` ``nn.Linear(d_model, d_model)`` layers and
-    ``forward(query, key, value, mask=None)`` returning the output ``(batch, q_len, d_model)`` or
-    ``(output, weights)``. The reference's weights are loaded into it; self- and cross-attention, with and
-    without masks (True = may attend), in float32 and float64, must give the reference's output. That includes
-    queries whose keys are all masked: their attention weights are 0, so their output is ``w_o(0)``, never NaN.
-
-    ``written_yourself=True`` applies chapter 03 exercise 3's rule first (no subclass of the package's
-    ``MultiHeadAttention``, no ready-made attention called); chapter 13 derives from the package's class on purpose,
-    to change one line of a written-out ``forward``, and passes ``False``."""
-    if written_yourself:
-        _written_yourself(cls)
-    gen = torch.Generator().manual_seed(5)
-    # (batch, q_len, k_len, d_model, heads, kind, mask, dtype): unmasked first, so a softmax-axis or scaling bug is
-    # named before masks come into play; cross-attention always has query != key (and mostly q_len != k_len).
+def _mha_cases(gen: torch.Generator) -> list[tuple]:
+    """(batch, q_len, k_len, d_model, heads, kind, mask, dtype): unmasked first, so a softmax-axis or scaling bug is
+    named before masks come into play; cross-attention always has query != key (and mostly q_len != k_len)."""
     cases = [
         (2, 5, 5, 16, 4, "self", None, torch.float32),
         (3, 4, 6, 12, 3, "cross", None, torch.float64),
@@ -290,6 +278,39 @@ def check_multi_head_attention(cls: type[nn.Module], *, written_yourself: bool =
         (3, 6, 6, 16, 4, "self", "causal, left-padded", torch.float32),
         (3, 4, 5, 12, 3, "cross", "padding, one source all padding", torch.float64),
     ]
+    return cases
+
+
+def _mha_mask(mask_kind: str | None, batch: int, q_len: int, k_len: int, gen: torch.Generator) -> Tensor | None:
+    """The mask a case names: None, padding (batch, 1, 1, k_len), causal (q_len, k_len), or one that leaves some
+    queries no key at all."""
+    mask = None
+    if mask_kind == "padding":
+        mask = _padding(batch, k_len, gen)  # (batch, 1, 1, k_len)
+    elif mask_kind == "causal":
+        mask = torch.ones(q_len, k_len, dtype=torch.bool).tril()  # (q_len, k_len)
+    elif mask_kind == "causal, left-padded":  # the padded first queries see only pads: no key at all
+        mask = _left_padded(batch, k_len, gen) & torch.ones(q_len, k_len, dtype=torch.bool).tril()
+    elif mask_kind == "padding, one source all padding":  # an empty sentence in the batch
+        mask = _padding(batch, k_len, gen)  # (batch, 1, 1, k_len)
+        mask[1] = False  # sequence 1: every key is padding
+    return mask
+
+
+def check_multi_head_attention(cls: type[nn.Module], *, written_yourself: bool = True) -> None:
+    """``cls(d_model, heads)`` with ``w_q, w_k, w_v, w_o`` ``nn.Linear(d_model, d_model)`` layers and
+    ``forward(query, key, value, mask=None)`` returning the output ``(batch, q_len, d_model)`` or
+    ``(output, weights)``. The reference's weights are loaded into it; self- and cross-attention, with and
+    without masks (True = may attend), in float32 and float64, must give the reference's output. That includes
+    queries whose keys are all masked: their attention weights are 0, so their output is ``w_o(0)``, never NaN.
+
+    ``written_yourself=True`` applies chapter 03 exercise 3's rule first (no subclass of the package's
+    ``MultiHeadAttention``, no ready-made attention called); chapter 13 derives from the package's class on purpose,
+    to change one line of a written-out ``forward``, and passes ``False``."""
+    if written_yourself:
+        _written_yourself(cls)
+    gen = torch.Generator().manual_seed(5)
+    cases = _mha_cases(gen)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
         for batch, q_len, k_len, d_model, heads, kind, mask_kind, dtype in cases:
@@ -308,16 +329,7 @@ def check_multi_head_attention(cls: type[nn.Module], *, written_yourself: bool =
             else:
                 q = x  # (batch, q_len, d_model), e.g. the decoder's states
                 k = v = torch.randn(batch, k_len, d_model, generator=gen, dtype=torch.float64).to(dtype)  # encoder
-            mask = None
-            if mask_kind == "padding":
-                mask = _padding(batch, k_len, gen)  # (batch, 1, 1, k_len)
-            elif mask_kind == "causal":
-                mask = torch.ones(q_len, k_len, dtype=torch.bool).tril()  # (q_len, k_len)
-            elif mask_kind == "causal, left-padded":  # the padded first queries see only pads: no key at all
-                mask = _left_padded(batch, k_len, gen) & torch.ones(q_len, k_len, dtype=torch.bool).tril()
-            elif mask_kind == "padding, one source all padding":  # an empty sentence in the batch
-                mask = _padding(batch, k_len, gen)  # (batch, 1, 1, k_len)
-                mask[1] = False  # sequence 1: every key is padding
+            mask = _mha_mask(mask_kind, batch, q_len, k_len, gen)
             empty = None if mask is None else ~mask.expand(batch, heads, q_len, k_len).any(-1).all(1)  # (batch, q_len)
 
             kwargs = {} if mask is None else {"mask": mask}

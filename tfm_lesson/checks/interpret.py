@@ -4,8 +4,9 @@
   the links are ``(target, source)`` pairs, an alignment is a **set** (a repeated link is counted once, or refused);
 - ``check_induction_score(fn)``: ``fn(attention (..., 1 + 2 seg_len, 1 + 2 seg_len), seg_len)`` -> ``(...)`` mean
   attention of the repeated half's queries to the key after the earlier copy of their token;
-- ``check_patch_position(fn)``: ``fn(corrupted, clean, head, position)`` -> a copy of ``corrupted``
-  ``(batch, len, heads, d_k)`` whose ``head`` at query ``position`` comes from ``clean``, nothing else changed.
+- ``check_patch_position(fn)``: ``fn(clean, corrupted, head, position)`` (``patch_head``'s order) -> a copy of
+  ``corrupted`` ``(batch, len, heads, d_k)`` whose ``head`` at query ``position`` comes from ``clean``, nothing else
+  changed; clean and corrupted swapped is named as a swap.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def _aer(a, s, p, bug: str = "") -> float:
         return 1 - 2 * len(a & p) / (len(a) + len(s))
     if bug == "denominator_p":
         return 1 - (len(a & s) + len(a & p)) / (len(a) + len(p))
+    if bug == "possible_only":  # P read as the possible-but-not-sure links only
+        return 1 - (len(a & s) + len(a & (p - s))) / (len(a) + len(s))
     if bug == "accuracy":
         return (len(a & s) + len(a & p)) / (len(a) + len(s))
     return 1 - (len(a & s) + len(a & p)) / (len(a) + len(s))
@@ -47,7 +50,17 @@ _AER_HINTS = {
     "p_twice": "you used |A ∩ P| twice: the numerator is |A ∩ S| + |A ∩ P| (recall is measured on the sure links)",
     "denominator_p": "the denominator is |A| + |S| (the sure links), not |A| + |P|",
     "accuracy": "that is 1 - AER: AER is an error rate, 0 for a perfect alignment",
+    "possible_only": "you counted |A ∩ (P − S)|, the possible-but-not-sure links only: P includes S (every sure "
+                     "link is also possible), so the numerator is |A ∩ S| + |A ∩ P|",
 }
+TOLERANCE = 1e-6  # float32 holds an AER to about 1e-7: a float32 tensor of the right value passes
+
+
+def _as_float(got: object, what: str) -> float:
+    expect(isinstance(got, (int, float)) and not isinstance(got, bool)
+           or (isinstance(got, Tensor) and got.numel() == 1),
+           f"{what} returned {type(got).__name__}, expected a float")
+    return float(got)
 
 
 def check_alignment_error_rate(fn: Callable) -> None:
@@ -60,33 +73,32 @@ def check_alignment_error_rate(fn: Callable) -> None:
         p = s | set(rng.sample(cells, rng.randint(0, 6)))
         a = set(rng.sample(cells, rng.randint(1, 8)))
         what = f"aer({sorted(a)}, {sorted(s)}, {sorted(p)})"
-        got = call(fn, set(a), set(s), set(p), what=what)
-        expect(isinstance(got, (int, float)) or (isinstance(got, Tensor) and got.numel() == 1),
-               f"{what} returned {type(got).__name__}, expected a float")
-        got = float(got)
+        got = _as_float(call(fn, set(a), set(s), set(p), what=what), what)
         want = _aer(a, s, p)
-        if abs(got - want) < 1e-9:
+        if abs(got - want) <= TOLERANCE:
             continue
-        for bug in ("s_twice", "p_twice", "denominator_p", "accuracy"):
-            if abs(got - _aer(a, s, p, bug)) < 1e-9:
-                raise Mistake(f"{what} = {got:.4f}, expected {want:.4f}: {_AER_HINTS[bug]}")
-        raise Mistake(f"{what} = {got:.4f}, expected {want:.4f} = 1 - (|A∩S| + |A∩P|) / (|A| + |S|)")
+        for bug in ("s_twice", "p_twice", "denominator_p", "accuracy", "possible_only"):
+            if abs(got - _aer(a, s, p, bug)) <= TOLERANCE:
+                raise Mistake(f"{what} = {got:.7f}, expected {want:.7f}: {_AER_HINTS[bug]}")
+        raise Mistake(f"{what} = {got:.7f}, expected {want:.7f} = 1 - (|A∩S| + |A∩P|) / (|A| + |S|)")
     s = {(0, 0), (1, 1), (2, 2)}
-    got = call(fn, {(0, 0), (1, 2)}, set(s), None, what="aer(A, S, possible=None)")
-    expect(abs(float(got) - _aer({(0, 0), (1, 2)}, s, s)) < 1e-9,
-           f"aer(A, S, possible=None) = {float(got):.4f}: with no possible links P is S (every sure link is possible)")
+    got = _as_float(call(fn, {(0, 0), (1, 2)}, set(s), None, what="aer(A, S, possible=None)"), "aer(A, S, None)")
+    expect(abs(got - _aer({(0, 0), (1, 2)}, s, s)) <= TOLERANCE,
+           f"aer(A, S, possible=None) = {got:.7f}: with no possible links P is S (every sure link is possible)")
     # a list that repeats a link
     a_list = [(0, 0), (0, 0), (0, 0), (1, 2)]
     try:
-        got = fn(list(a_list), sorted(s), sorted(s))
-    except (ValueError, TypeError):
+        got = call(fn, list(a_list), sorted(s), sorted(s), what=f"aer({a_list}, S, S)")
+    except Mistake as exc:
+        if not isinstance(exc.__cause__, (ValueError, TypeError)):
+            raise
         got = None  # refusing repeats is right too
     if got is not None:
-        got = float(got)
-        if abs(got - _aer(a_list, s, s, "list")) < 1e-9:
-            raise Mistake(f"aer({a_list}, S, S) = {got:.4f}: {_AER_HINTS['list']}")
-        expect(abs(got - _aer(set(a_list), s, s)) < 1e-9,
-               f"aer({a_list}, S, S) = {got:.4f}, expected {_aer(set(a_list), s, s):.4f} (the set of the links)")
+        got = _as_float(got, f"aer({a_list}, S, S)")
+        if abs(got - _aer(a_list, s, s, "list")) <= TOLERANCE:
+            raise Mistake(f"aer({a_list}, S, S) = {got:.7f}: {_AER_HINTS['list']}")
+        expect(abs(got - _aer(set(a_list), s, s)) <= TOLERANCE,
+               f"aer({a_list}, S, S) = {got:.7f}, expected {_aer(set(a_list), s, s):.7f} (the set of the links)")
     passed("check_alignment_error_rate", "Och & Ney's formula on 30 random alignments, P = S by default, "
            "a repeated link counted once (or refused)")
 
@@ -108,6 +120,12 @@ def _score(a: Tensor, seg_len: int, bug: str = "") -> Tensor:
     if bug == "no_bos":
         q = torch.arange(seg_len, 2 * seg_len)
         return a[..., q, q - seg_len + 1].mean(-1)
+    if bug == "short_range":  # range(n + 1, 2 n): the last query of the repeat left out
+        q = torch.arange(seg_len + 1, 2 * seg_len)
+        return a[..., q, q - seg_len + 1].mean(-1)
+    if bug == "swapped":  # attention[..., key, query]: the two last axes read the wrong way round
+        q = torch.arange(seg_len + 1, 2 * seg_len + 1)
+        return a[..., q - seg_len + 1, q].mean(-1)
     if bug == "sum":
         q = torch.arange(seg_len + 1, 2 * seg_len + 1)
         return a[..., q, q - seg_len + 1].sum(-1)
@@ -128,6 +146,10 @@ _SCORE_HINTS = {
     "no_bos": "off by one: position 0 holds <s>, so the segment is at 1 .. seg_len and its repeat at "
               "seg_len + 1 .. 2 seg_len",
     "sum": "you summed over the queries: the score is a MEAN, in [0, 1]",
+    "short_range": "the last query of the repeat is missing: the repeated half is t = seg_len + 1 .. 2 seg_len "
+                   "INCLUDED, torch.arange(seg_len + 1, 2 * seg_len + 1) (range stops one before its end)",
+    "swapped": "you read attention[..., key, query]: the last two axes are (query, key), so row t is what query t "
+               "attends to; on a causal map your entries lie above the diagonal, where every weight is 0",
 }
 
 
@@ -135,11 +157,15 @@ def check_induction_score(fn: Callable) -> None:
     """``fn(attention, seg_len)``: attention ``(..., 1 + 2 seg_len, 1 + 2 seg_len)`` over ``<s>``, a segment, its
     repeat -> ``(...)``: mean over the repeated half's queries ``t`` of ``attention[..., t, t - seg_len + 1]``."""
     g = torch.Generator().manual_seed(171)
-    for shape, seg_len in (((2, 3), 4), ((4,), 6), ((1, 2), 1)):
+    for shape, seg_len, causal in (((2, 3), 4, False), ((4,), 6, False), ((1, 2), 1, False), ((2, 2), 5, True),
+                                   ((3,), 3, True)):
         n = 1 + 2 * seg_len
-        a = torch.rand(*shape, n, n, generator=g).softmax(-1)  # not causal: every bug gives another number
-        what = f"induction_score(attention {tuple(a.shape)}, seg_len={seg_len})"
-        got = call(fn, a.clone(), seg_len, what=what)
+        scores = torch.rand(*shape, n, n, generator=g) * 3
+        if causal:  # what a decoder's head gives: query t sees keys 0 .. t
+            scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+        a = scores.softmax(-1)
+        what = (f"induction_score({'causal ' if causal else ''}attention {tuple(a.shape)}, seg_len={seg_len})")
+        got = call(fn, a, seg_len, what=what)
         expect(isinstance(got, Tensor), f"{what} returned {type(got).__name__}, expected a tensor of shape {shape}")
         want = _score(a, seg_len)
         expect(got.shape == want.shape, f"{what} returned shape {tuple(got.shape)}, expected {tuple(want.shape)}: "
@@ -156,28 +182,30 @@ def check_induction_score(fn: Callable) -> None:
 
 # patching at a position -----------------------------------------------------------------------------------------------
 def check_patch_position(fn: Callable) -> None:
-    """``fn(corrupted, clean, head, position)`` with ``(batch, len, heads, d_k)`` head outputs: a NEW tensor equal to
-    ``corrupted`` except ``[:, position, head]``, which comes from ``clean``; the inputs are left unchanged."""
+    """``fn(clean, corrupted, head, position)`` (the order of :func:`tfm_lesson.patch_head`: clean run first) with
+    ``(batch, len, heads, d_k)`` head outputs: a NEW tensor equal to ``corrupted`` except ``[:, position, head]``,
+    which comes from ``clean``; the inputs are left unchanged (the harness names an input changed in place)."""
     g = torch.Generator().manual_seed(172)
     for head, position in ((1, 5), (0, 2), (2, 7)):
-        corrupted, clean = torch.randn(2, 8, 3, 4, generator=g), torch.randn(2, 8, 3, 4, generator=g)
-        keep_corrupted, keep_clean = corrupted.clone(), clean.clone()
-        what = f"patch(corrupted, clean, head={head}, position={position})"
-        got = call(fn, corrupted, clean, head, position, what=what)
+        clean, corrupted = torch.randn(2, 8, 3, 4, generator=g), torch.randn(2, 8, 3, 4, generator=g)
+        what = f"patch(clean, corrupted, head={head}, position={position})"
+        got = call(fn, clean, corrupted, head, position, what=what)
         expect(isinstance(got, Tensor) and got.shape == corrupted.shape,
                f"{what} must return a tensor shaped like corrupted {tuple(corrupted.shape)}")
-        expect(torch.equal(clean, keep_clean), f"{what} changed `clean`: copy from it, never write into it")
-        if not torch.equal(corrupted, keep_corrupted):
-            raise Mistake(f"{what} wrote into `corrupted` in place: the corrupted run's activations are needed "
-                          "again for the next patch. Work on corrupted.clone()")
-        want = keep_corrupted.clone()
-        want[:, position, head] = keep_clean[:, position, head]
+        want = corrupted.clone()
+        want[:, position, head] = clean[:, position, head]
         if torch.equal(got, want):
             continue
-        changed = (got != keep_corrupted).any(-1)  # (batch, len, heads)
+        swapped = clean.clone()
+        swapped[:, position, head] = corrupted[:, position, head]
+        if torch.equal(got, swapped):
+            raise Mistake(f"{what} returned the CLEAN run with one head from the corrupted one: clean and corrupted "
+                          "are swapped. The arguments come in patch_head's order, patch(clean, corrupted, ...): "
+                          "start from a copy of `corrupted` (the second argument) and copy the one head from `clean`")
+        changed = (got != corrupted).any(-1)  # (batch, len, heads)
         positions = sorted({int(p) for p in changed.nonzero()[:, 1].tolist()})
         heads = sorted({int(h) for h in changed.nonzero()[:, 2].tolist()})
-        if torch.equal(got, keep_clean):
+        if torch.equal(got, clean):
             raise Mistake(f"{what} returned the whole clean run: patch ONE head at ONE position")
         if len(positions) == 1 and positions[0] != position:
             raise Mistake(f"{what} patched position {positions[0]}, not {position}: patch the head where it "

@@ -2,7 +2,8 @@
 
 Each checker loads the reference's ``state_dict`` into the learner's module (so both hold the same numbers),
 runs both in eval mode on random shapes with masks, compares outputs and gradients, and when they differ
-compares the learner's output with what each classic mistake would produce, to name it.
+compares the learner's output with what each classic mistake would produce, to name it. The target mask's checker
+lives in :mod:`.target_mask`, the weight loading's in :mod:`.load_weights`.
 """
 from __future__ import annotations
 
@@ -16,12 +17,10 @@ from torch import Tensor, nn
 from .. import masks as M
 from ..decoder import Decoder, DecoderLayer
 from ..encoder import Encoder, EncoderLayer
-from ..interop import from_torch
-from ._harness import (Mistake, call, check_device_placement, check_on_device, close, diagnose, expect,
+from ._harness import (Mistake, call, check_on_device, close, diagnose, expect,
                        expect_written, output_of, passed, time_limit)
 
-__all__ = ["check_encoder_layer", "check_decoder_layer", "check_encoder", "check_decoder", "check_target_mask",
-           "check_load_encoder_layer"]
+__all__ = ["check_encoder_layer", "check_decoder_layer", "check_encoder", "check_decoder"]
 
 AMBIGUOUS = ("`if mask:` (or `mask or ...`) asks a whole tensor for one truth value, which PyTorch refuses "
              "(\"Boolean value of Tensor with more than one value is ambiguous\"). Test for absence instead: "
@@ -324,29 +323,35 @@ def check_decoder_layer(cls: type) -> None:
 
 
 # the stacks ---------------------------------------------------------------------------------------------------------
+def _stack_pair(cls: type, ref_cls: type, what: str, rng: random.Random,
+                norm_first: bool) -> tuple[nn.Module, nn.Module, int]:
+    """The reference stack and the learner's, built with the same sizes, the learner's loaded with the reference's
+    weights; the layer count is checked first (one layer shared by every position, or none kept)."""
+    d_model, heads, d_ff = _sizes(rng)
+    num_layers = rng.choice([2, 3])
+    ref = ref_cls(d_model, heads, d_ff, num_layers, dropout=0.0, norm_first=norm_first).eval()
+    learner = _build(cls, what, d_model, heads, d_ff, num_layers, dropout=0.0, norm_first=norm_first)
+    n_learner = sum(p.numel() for p in learner.parameters())
+    per_layer = sum(p.numel() for p in ref.layers[0].parameters())
+    final = 0 if ref.norm is None else 2 * d_model
+    expect(n_learner != per_layer + final or num_layers == 1,
+           f"your {what} has the parameters of one layer, not {num_layers}: all layers share one set of weights. "
+           f"Build a new layer for each position (`nn.ModuleList({what}Layer(...) for _ in range(num_layers))`), "
+           "not `[layer] * num_layers`")
+    expect_written(learner, what)
+    expect(n_learner != 0, f"your {what} has no parameters: build num_layers layers and keep them in an nn.ModuleList "
+           "called `layers` (a plain Python list hides them from PyTorch)")
+    _load(learner, ref, what)
+    return ref, learner.eval(), d_model
+
+
 def _check_stack(cls: type, decoder: bool) -> None:
     what = "Decoder" if decoder else "Encoder"
     ref_cls = Decoder if decoder else Encoder
     rng = random.Random(9 + decoder)
     torch.manual_seed(9 + decoder)
     for norm_first in (False, True):
-        d_model, heads, d_ff = _sizes(rng)
-        num_layers = rng.choice([2, 3])
-        ref = ref_cls(d_model, heads, d_ff, num_layers, dropout=0.0, norm_first=norm_first).eval()
-        learner = _build(cls, what, d_model, heads, d_ff, num_layers, dropout=0.0, norm_first=norm_first)
-        n_ref = sum(p.numel() for p in ref.parameters())
-        n_learner = sum(p.numel() for p in learner.parameters())
-        per_layer = sum(p.numel() for p in ref.layers[0].parameters())
-        final = 0 if ref.norm is None else 2 * d_model
-        expect(n_learner != per_layer + final or num_layers == 1,
-               f"your {what} has the parameters of one layer, not {num_layers}: all layers share one set of weights. "
-               f"Build a new layer for each position (`nn.ModuleList({what}Layer(...) for _ in range(num_layers))`), "
-               "not `[layer] * num_layers`")
-        expect_written(learner, what)
-        expect(n_learner != 0, f"your {what} has no parameters: build num_layers layers and keep them in an nn.ModuleList "
-               "called `layers` (a plain Python list hides them from PyTorch)")
-        _load(learner, ref, what)
-        learner.eval()
+        ref, learner, d_model = _stack_pair(cls, ref_cls, what, rng, norm_first)
         batch, length = rng.randint(2, 3), rng.randint(4, 6)
         mask, _ = _lengths_mask(rng, batch, length)
         x = torch.randn(batch, length, d_model)
@@ -421,117 +426,3 @@ def check_decoder(cls: type) -> None:
     """Check ``cls(d_model, heads, d_ff, num_layers, dropout=0.1, norm_first=False)`` with
     ``forward(x, memory, tgt_mask=None, memory_mask=None)`` against :class:`tfm_lesson.Decoder`."""
     _check_stack(cls, decoder=True)
-
-
-# the decoder's self-attention mask -----------------------------------------------------------------------------------
-def check_target_mask(fn: Callable) -> None:
-    """Check ``fn(tgt, pad_id)`` -> the decoder's self-attention mask: boolean, True = may attend, broadcastable to
-    ``(batch, 1, tgt_len, tgt_len)``; a query sees earlier-or-same positions that are not padding."""
-    rng = random.Random(11)
-    for trial in range(4):
-        batch, length, pad_id = rng.randint(1, 3), rng.randint(3, 7), rng.choice([0, 0, 1, 5])
-        tgt = torch.randint(0, 9, (batch, length))
-        tgt[tgt == pad_id] = pad_id + 1 if pad_id + 1 < 9 else pad_id - 1
-        for b in range(1, batch):
-            tgt[b, rng.randint(1, length - 1):] = pad_id
-        got = _run(fn, tgt, pad_id, what="your target-mask function")
-        expect(got is not None, "your target_mask is not written yet: it returns None. Return the boolean mask")
-        expect(isinstance(got, Tensor), f"return a torch.Tensor, got {type(got).__name__}")
-        expect(got.dtype == torch.bool, f"the mask must be boolean (True = may attend), got dtype {got.dtype}. An "
-               "additive 0/-inf float mask is another convention; here build it from comparisons and `&`")
-        shape = (batch, 1, length, length)
-        try:
-            got = got.expand(shape)
-        except RuntimeError:
-            raise Mistake(f"your mask has shape {tuple(got.shape)}, which does not broadcast to (batch, 1, tgt_len, "
-                          f"tgt_len) = {shape}. padding_mask gives (batch, 1, 1, tgt_len), causal_mask (tgt_len, "
-                          "tgt_len): `&` broadcasts them together") from None
-        pad = M.padding_mask(tgt, pad_id)  # (batch, 1, 1, t)
-        causal = M.causal_mask(length)
-        expected = (pad & causal).expand(shape)
-        if torch.equal(got, expected):
-            continue
-        ones = torch.ones(length, length, dtype=torch.bool)
-        suspects = {
-            "the polarity is inverted: True must mean *may attend* (nn.MultiheadAttention's True = blocked is the "
-            "opposite convention)": ~expected,
-            "padding is not masked: combine the causal mask with padding_mask(tgt, pad_id)": causal.expand(shape),
-            "the mask is not causal, so the future leaks: AND the padding mask with the lower-triangular causal_mask":
-                pad.expand(shape),
-            "the causal mask is shifted by one: a position must see itself (the diagonal), tril() not tril(-1)":
-                (pad & ones.tril(-1)).expand(shape),
-            "the causal mask is shifted by one: it lets each position see the next one, tril() not tril(1)":
-                (pad & ones.tril(1)).expand(shape),
-            "the causal mask is upside down: triu() lets a position see the future; use tril()":
-                (pad & ones.triu()).expand(shape),
-            "the padding hides the wrong axis: padded *keys* (last dimension) are hidden, so padding_mask is shaped "
-            "(batch, 1, 1, tgt_len)": (pad.transpose(-1, -2) & causal).expand(shape),
-        }
-        for hint, buggy in suspects.items():
-            if torch.equal(got, buggy):
-                raise Mistake(hint)
-        raise Mistake(f"your mask differs from padding_mask(tgt, pad_id) & causal_mask(tgt_len) for tgt={tgt.tolist()}"
-                      f", pad_id={pad_id}")
-    check_device_placement(fn, tgt, pad_id, what="your target-mask function", argument="tgt")
-    passed("check_target_mask", "causal and padding combined, True = may attend, (batch, 1, tgt_len, tgt_len)")
-
-
-# loading torch's weights ---------------------------------------------------------------------------------------------
-def check_load_encoder_layer(fn: Callable) -> None:
-    """Check ``fn(ours, theirs)``, which copies an ``nn.TransformerEncoderLayer``'s weights into a
-    :class:`tfm_lesson.EncoderLayer` in place."""
-    torch.manual_seed(12)
-    d_model, heads, d_ff = 12, 3, 20
-    theirs = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0, batch_first=True).eval()
-    ours = EncoderLayer(d_model, heads, d_ff, dropout=0.0).eval()
-    before = {k: v.clone() for k, v in ours.state_dict().items()}
-    try:
-        with time_limit(None, what="your function"):
-            result = fn(ours, theirs)
-    except Mistake:
-        raise
-    except RuntimeError as exc:
-        if "leaf Variable" in str(exc) or "in-place" in str(exc):
-            raise Mistake("copying into a parameter that requires grad must happen under `with torch.no_grad():` "
-                          f"(got: {exc})") from exc
-        raise Mistake(f"your function raised RuntimeError: {exc}") from exc
-    except Exception as exc:
-        raise Mistake(f"your function raised {type(exc).__name__}: {exc}") from exc
-    expect(result is not None or any(not torch.equal(v, before[k]) for k, v in ours.state_dict().items()),
-           "your load_encoder_layer is not written yet: it changed no weight of `ours`. Copy each of torch's weights "
-           "into the matching parameter of `ours`, under `with torch.no_grad():`")
-    ref = from_torch(theirs)
-    d = d_model
-    w_in = theirs.self_attn.in_proj_weight.detach()
-    blocks = {"W^Q": w_in[:d], "W^K": w_in[d:2 * d], "W^V": w_in[2 * d:]}
-    names = {"self_attn.w_q.weight": "W^Q", "self_attn.w_k.weight": "W^K", "self_attn.w_v.weight": "W^V"}
-    want = dict(ref.named_parameters())
-    for name, p in ours.named_parameters():
-        p, target = p.detach(), want[name].detach()
-        if torch.equal(p, target):
-            continue
-        if name in names:
-            for label, block in blocks.items():
-                if torch.equal(p, block):
-                    raise Mistake(f"`{name}` holds the rows of in_proj_weight that belong to {label}: in_proj_weight "
-                                  f"stacks W^Q, W^K, W^V (in that order), d_model rows each; {names[name]} is "
-                                  f"rows {list(names.values()).index(names[name]) * d}:"
-                                  f"{(list(names.values()).index(names[name]) + 1) * d}")
-        if p.dim() == 2 and p.shape == target.T.shape and torch.equal(p, target.T):
-            raise Mistake(f"`{name}` is transposed: nn.Linear stores weight as (out_features, in_features) in both "
-                          "libraries, so copy it as is")
-        if name.endswith("bias"):
-            raise Mistake(f"`{name}` was not copied: the biases (in_proj_bias split in three, out_proj.bias, "
-                          "linear1/linear2.bias, norm biases) are weights too")
-        raise Mistake(f"`{name}` does not hold torch's weight. Match: self_attn.w_q/w_k/w_v <- in_proj_weight split "
-                      "in three, w_o <- out_proj, feed_forward.w_1/w_2 <- linear1/linear2, norm1/norm2 <- norm1/norm2")
-    before = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        x = torch.randn(2, 5, d_model)
-        with torch.no_grad():
-            expect(close(ours(x), theirs(x)), "every parameter matches, yet the outputs differ; are the layer's "
-                   "settings (norm_first, eps, activation) the same?")
-    finally:
-        torch.backends.mha.set_fastpath_enabled(before)
-    passed("check_load_encoder_layer", "every weight lands in its place; outputs equal nn.TransformerEncoderLayer's")

@@ -83,10 +83,7 @@ MERGE_CASES = [
 def check_bpe_merge(fn: Callable) -> None:
     """``fn(ids, pair, new_id)``: one BPE merge step on a list of token ids."""
     for ids, pair, new_id in MERGE_CASES:
-        given = list(ids)
-        got = call(fn, given, pair, new_id, what=f"your merge({ids}, {pair}, {new_id})")
-        expect(given == list(ids), f"your merge changed the list it was given ({ids} became {given}); build and "
-                                   "return a new list")
+        got = call(fn, list(ids), pair, new_id, what=f"your merge({ids}, {pair}, {new_id})")
         if got is None:
             raise Mistake(f"your merge({ids}, {pair}, {new_id}) returned None; did you forget a `return`?")
         if isinstance(got, Tensor):

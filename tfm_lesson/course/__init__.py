@@ -234,7 +234,8 @@ def student_copy(nb: Any) -> Any:
     """A copy of notebook ``nb`` with every ``solution`` cell replaced by a short "your turn" stub.
 
     Every other cell whose stored output shows a result of the answers (the rule: :mod:`tfm_lesson.course._depends`)
-    loses it too, marked so that :func:`restore` brings it back. The checkers stay. The cell after a solution (its check) loses its stored output and is tagged
+    loses it too, marked so that :func:`restore` brings it back; so does the quiz cell, whose stored page holds the
+    answers. The checkers stay. The cell after a solution (its check) loses its stored output and is tagged
     ``raises-exception`` so that running the whole notebook goes on past a check that fails (it will,
     until the learner solves the exercise); the added tag is recorded so :func:`restore` can undo it.
     """
@@ -260,7 +261,9 @@ def student_copy(nb: Any) -> Any:
             if "raises-exception" not in meta.get("tags", []):
                 meta.setdefault("tags", []).append("raises-exception")
                 meta[_ADDED_TAGS_KEY] = ["raises-exception"]
-    for i in dependent:
+    from .quiz import is_quiz_cell  # a quiz's stored page holds its answers: the learner runs the cell instead
+
+    for i in [*dependent, *(j for j, c in enumerate(cells) if is_quiz_cell(c))]:
         if cells[i].get("outputs"):
             _clear_outputs(cells[i])
             cells[i].setdefault("metadata", {})[_CLEARED_KEY] = True

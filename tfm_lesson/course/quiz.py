@@ -21,7 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["Question", "load_quiz", "show", "Quiz", "quiz_chapters"]
+__all__ = ["Question", "load_quiz", "show", "Quiz", "quiz_chapters", "is_quiz_cell"]
+
+#: a chapter's quiz cell: ``quiz.show("NN")``
+QUIZ_CALL = re.compile(r"""(?:^|[\s.])quiz\.show\(\s*["'](\d\d)["']\s*\)""")
 
 LETTERS = "ABCDEFGHIJ"
 RIGHT_COLOUR = "#009E73"  # Okabe-Ito bluish green
@@ -99,6 +102,14 @@ def load_quiz(chapter: str | int) -> list[Question]:
     if not questions or not all(isinstance(q, Question) for q in questions):
         raise ValueError(f"tfm_lesson/course/quizzes/ch{cid}.py must define QUESTIONS, a non-empty list of Question")
     return questions
+
+
+def is_quiz_cell(cell: dict) -> bool:
+    """A code cell that shows a chapter's quiz. Its stored output (the static page) holds every answer: a student
+    copy clears it, and running the cell draws the live quiz, which tells an answer only once it is chosen."""
+    source = cell.get("source", "")
+    source = "".join(source) if isinstance(source, list) else source  # nbformat's JSON may store a list of lines
+    return cell.get("cell_type") == "code" and QUIZ_CALL.search(source) is not None
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ QUESTIONS = [
         prompt="A padding mask of shape (batch, 1, 1, k_len) is applied to scores of shape "
                "(batch, heads, q_len, k_len). What does it hide?",
         options=[
-            "The padded queries: the rows of the padding positions.",
+            "The padded queries: the rows of the padding positions, for every head, so that a pad token produces no "
+            "output of its own.",
             "The padded keys: the same columns, for every head and every query of that sentence.",
             "Both the rows and the columns of the padding positions.",
         ],
@@ -23,15 +24,16 @@ QUESTIONS = [
         prompt="You give `nn.MultiheadAttention` a key_padding_mask that is True for real tokens (the tfm_lesson "
                "convention). What happens?",
         options=[
-            "The same result as tfm_lesson: PyTorch uses one convention everywhere.",
-            "An error, because the mask has the wrong polarity.",
+            "The same result as tfm_lesson: PyTorch uses one convention everywhere, True for the tokens that may be "
+            "attended to.",
             "It runs and attends to the padding only: in nn.MultiheadAttention True means blocked.",
+            "An error, because the mask has the wrong polarity.",
         ],
-        answer=2,
+        answer=1,
         feedback=[
             "F.scaled_dot_product_attention uses True = may attend, but nn.MultiheadAttention uses True = blocked.",
-            "A boolean mask cannot carry its meaning; PyTorch has no way to tell the two conventions apart.",
             "Right: flip it with ~mask (tfm_lesson.torch_mask) before handing it to nn.MultiheadAttention.",
+            "A boolean mask cannot carry its meaning; PyTorch has no way to tell the two conventions apart.",
         ],
     ),
     Question(
@@ -55,15 +57,16 @@ QUESTIONS = [
         prompt="You compute softmax(scores) and then multiply the weights by the mask. Which is true?",
         options=[
             "This is exactly masking before the softmax.",
+            "It can never be repaired: the blocked keys already took part in the softmax, so their scores have changed "
+            "every visible weight in a way no division can undo.",
             "The blocked weights are 0 but the rows no longer sum to one; divide each row by its new sum and the "
             "weights equal masking before the softmax.",
-            "It can never be repaired, because the blocked keys already took part in the softmax.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "Not without renormalising: each row now sums to the visible keys' share, less than one.",
-            "Right: both give e^S_ij divided by the sum over the visible keys; the chapter checks it numerically.",
             "The blocked keys only inflated the denominator, which renormalising removes again.",
+            "Right: both give e^S_ij divided by the sum over the visible keys; the chapter checks it numerically.",
         ],
     ),
 ]

@@ -6,23 +6,23 @@ QUESTIONS = [
         prompt="Without projections (Q = K = x, tokens of equal length), which is true of the scores x xᵀ?",
         options=[
             "Nothing special: any pattern can appear.",
+            "They are all equal, so the weights are uniform.",
             "They are symmetric and every token's best match is itself, so a question like \"look at the "
             "previous word\" cannot be asked.",
-            "They are all equal, so the weights are uniform.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "x_i · x_j = x_j · x_i: the table is always symmetric, and for vectors of equal length the diagonal is "
             "the largest entry of its row.",
+            "Different tokens give different dot products; the scores are symmetric, not equal.",
             "Right: with learned W^Q ≠ W^K the score x_i W^Q (W^K)ᵀ x_jᵀ is no longer symmetric, so token i can "
             "look at j without j looking at i.",
-            "Different tokens give different dot products; the scores are symmetric, not equal.",
         ],
     ),
     Question(
         prompt="A multi-head attention layer with d_model = 512 goes from 8 heads to 16. How does its number of "
                "parameters change?",
-        options=["It doubles.", "It does not change.", "It halves."],
+        options=["It doubles: each head has its own W^Q, W^K and W^V.", "It does not change.", "It halves."],
         answer=1,
         feedback=[
             "More heads means thinner heads (d_k = d_model / h), not more weights: W^Q, W^K, W^V and W^O stay "
@@ -36,7 +36,7 @@ QUESTIONS = [
         options=[
             "So that h heads together cost about as much as one full-width head.",
             "Because the softmax only works on small vectors.",
-            "Because the scale 1/√d_k must be larger than 1/√d_model.",
+            "Because the scale 1/√d_k must be larger than 1/√d_model for the softmax to stay sharp enough.",
         ],
         answer=0,
         feedback=[
@@ -50,15 +50,15 @@ QUESTIONS = [
         prompt="In the decoder's cross-attention (target length n, source length m), where do the queries, keys "
                "and values come from, and what shape are one head's weights?",
         options=[
-            "All three from the decoder; (n, n).",
             "Queries from the decoder, keys and values from the encoder's output; (n, m).",
-            "Queries from the encoder, keys and values from the decoder; (m, n).",
+            "All three from the decoder; (n, n).",
+            "Queries from the encoder's output, keys and values from the decoder's stream; (m, n).",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "That is the decoder's self-attention, its first sub-layer.",
             "Right: each target position asks its question of the source sentence, so the map is not square, and "
             "the padding mask is the source's.",
+            "That is the decoder's self-attention, its first sub-layer.",
             "The target positions are the ones that ask (queries); the source answers (keys and values).",
         ],
     ),

@@ -7,16 +7,17 @@ QUESTIONS = [
         prompt="Self-attention without positional encoding reads \"dog bites man\" and \"man bites dog\". "
                "What does it give the word dog?",
         options=[
-            "Different vectors, because the words come in a different order.",
             "The same vector: attention treats its input as a set, so shuffling the tokens only shuffles the "
             "outputs.",
+            "Different vectors: the dot products change when the words come in a different order, so dog's weights "
+            "over the other words change too.",
             "An error, because the sequences must be sorted.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
+            "Right: attention is permutation equivariant, so order has to be written into the vectors.",
             "Nothing in attention depends on where a token sits; the chapter measured the outputs moving with the "
             "shuffle.",
-            "Right: attention is permutation equivariant, so order has to be written into the vectors.",
             "Any order runs; the problem is that every order gives the same answers.",
         ],
     ),
@@ -25,28 +26,28 @@ QUESTIONS = [
                "and q (vectors as rows)?",
         options=[
             "PE_p · PE_q, the plain dot product plotted in the chapter.",
-            "PE_p W^Q (W^K)ᵀ PE_qᵀ, divided by √d_k.",
             "None: positions are added after attention.",
+            "PE_p W^Q (W^K)ᵀ PE_qᵀ, divided by √d_k.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "Only when W^Q (W^K)ᵀ is the identity; in general the projections reweight and turn the pairs of "
             "columns.",
-            "Right: a head can choose its matrices so that this term is largest at a chosen offset q = p + k.",
             "The encoding is added to the embeddings before the first layer, so it passes through every projection.",
+            "Right: a head can choose its matrices so that this term is largest at a chosen offset q = p + k.",
         ],
     ),
     Question(
         prompt="How is the positional encoding combined with the token embeddings in the paper?",
         options=[
-            "Concatenated, doubling the width to 2·d_model.",
             "Added: both have d_model numbers per token.",
+            "Concatenated, doubling the width to 2·d_model.",
             "Multiplied element by element.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "The paper adds them; the width stays d_model (the embeddings are first scaled by √d_model).",
             "Right: x + PE[:seq_len], the same encoding for every sentence of the batch.",
+            "The paper adds them; the width stays d_model (the embeddings are first scaled by √d_model).",
             "Multiplying would zero a token's features wherever the encoding is near 0.",
         ],
     ),

@@ -22,7 +22,7 @@ QUESTIONS = [
     Question(
         prompt="Which formula matches torch.nn.LayerNorm (before the gain and shift)?",
         options=[
-            "(x − mean) / (x.std(-1) + eps), with torch's default (unbiased) std.",
+            "(x − mean) / (x.std(-1) + eps), with torch's default (unbiased) standard deviation over the features.",
             "(x − mean) / sqrt(var + eps), var the biased variance (divide by d_model).",
             "(x − mean) / sqrt(var) + eps.",
         ],
@@ -38,29 +38,29 @@ QUESTIONS = [
         prompt="Which is the pre-norm residual block?",
         options=[
             "LayerNorm(x + Sublayer(x))",
-            "x + Sublayer(LayerNorm(x))",
             "LayerNorm(x) + Sublayer(LayerNorm(x))",
+            "x + Sublayer(LayerNorm(x))",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "That is post-norm, the paper's placement (section 3.1): it normalises the sum.",
+            "The residual must carry the raw x; adding norm(x) back rescales the whole stream at every block.",
             "Right: only the sub-layer's input is normalised; the raw stream x stays on the residual path, and the "
             "stack ends with a final layer norm.",
-            "The residual must carry the raw x; adding norm(x) back rescales the whole stream at every block.",
         ],
     ),
     Question(
         prompt="Where does the paper apply dropout in a residual block (section 5.4)?",
         options=[
-            "To the sum x + Sublayer(x), before the norm.",
             "To the sub-layer's output, before it is added to x.",
+            "To the sum x + Sublayer(x), just before the norm, so that the whole residual stream is regularised.",
             "To the input x, before the sub-layer.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "Dropping out the sum also zeroes parts of x itself, the stream every later layer relies on.",
             "Right: LayerNorm(x + Dropout(Sublayer(x))) in post-norm, x + Dropout(Sublayer(LayerNorm(x))) in "
             "pre-norm.",
+            "Dropping out the sum also zeroes parts of x itself, the stream every later layer relies on.",
             "The paper drops the sub-layer's output (and the embeddings' sum at the bottom of the stacks), not the "
             "input of each sub-layer.",
         ],

@@ -20,16 +20,17 @@ QUESTIONS = [
         prompt="A batch holds a 6-token and a 3-token sentence, the second padded to 6 with the padding mask. "
                "What do the second sentence's 3 real positions get, compared with encoding it alone?",
         options=[
-            "Slightly different numbers: the padding still leaks in a little.",
             "The same numbers: padded keys get exactly zero weight, so nothing of them reaches the real tokens.",
+            "Slightly different numbers: the padded keys get tiny but non-zero weights, so a little of the padding "
+            "still leaks in.",
             "Numbers that depend on the first sentence, since they share a batch.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "With a boolean mask the padded keys' scores become -inf and their weights exactly 0; the chapter "
-            "checks batched == alone and even fills the padding with large garbage.",
             "Right: the mask hides padded keys, and every other operation is position-wise, so the real positions "
             "are untouched by the padding.",
+            "With a boolean mask the padded keys' scores become -inf and their weights exactly 0; the chapter "
+            "checks batched == alone and even fills the padding with large garbage.",
             "Sentences in a batch never meet: attention runs within each sentence (the batch axis is never mixed).",
         ],
     ),
@@ -37,16 +38,16 @@ QUESTIONS = [
         prompt="Which stack needs a final LayerNorm after its last layer?",
         options=[
             "The post-norm stack of the paper, x = LayerNorm(x + Sublayer(x)).",
-            "The pre-norm stack, x = x + Sublayer(LayerNorm(x)).",
             "Neither: the layers already normalise everything.",
+            "The pre-norm stack, x = x + Sublayer(LayerNorm(x)).",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "A post-norm layer already ends with a norm, so the paper's stack needs none after it.",
-            "Right: in pre-norm the residual stream itself is never normalised (only each branch's input is), so "
-            "the stack ends with one final LayerNorm.",
             "In pre-norm the sum x + Sublayer(...) leaves the last layer unnormalised; that is what the final norm "
             "is for.",
+            "Right: in pre-norm the residual stream itself is never normalised (only each branch's input is), so "
+            "the stack ends with one final LayerNorm.",
         ],
     ),
     Question(

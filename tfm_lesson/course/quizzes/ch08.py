@@ -6,17 +6,17 @@ QUESTIONS = [
         prompt="In the decoder's cross-attention, where do the queries come from, and where the keys and values?",
         options=[
             "Queries from the encoder's output (the memory), keys and values from the decoder.",
-            "Queries from the decoder, keys and values from the memory.",
             "All three from the memory; the decoder only adds the result.",
+            "Queries from the decoder, keys and values from the memory.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "Reversed: then the output would have one row per *source* token, (s, d_model), and could not be added "
             "to the decoder's (t, d_model) stream.",
-            "Right: each target position asks the source, cross_attn(x, memory, memory, memory_mask); the "
-            "weights are (t, s), one row per target token.",
             "Then every target position would get the same output, whatever it is: the query is what makes the "
             "answer depend on the target position.",
+            "Right: each target position asks the source, cross_attn(x, memory, memory, memory_mask); the "
+            "weights are (t, s), one row per target token.",
         ],
     ),
     Question(
@@ -41,7 +41,7 @@ QUESTIONS = [
                "cross-attention?",
         options=[
             "The decoder's stream (the query) only; the memory enters as it is.",
-            "Both the stream and the memory.",
+            "Both the decoder's stream and the encoder's memory, so that queries and keys arrive on the same scale.",
             "The memory only.",
         ],
         answer=0,
@@ -57,16 +57,17 @@ QUESTIONS = [
     Question(
         prompt="Which decoder stack ends with an extra LayerNorm after its last layer in the paper's design?",
         options=[
-            "The post-norm stack of the paper, like nn.Transformer's.",
             "Only a pre-norm stack: the paper's post-norm stack has no final norm.",
+            "The post-norm stack of the paper, like nn.Transformer's, which adds a final LayerNorm after its last "
+            "decoder layer.",
             "Every stack, since nn.Transformer always adds one.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "The paper's post-norm layers each end with a norm, so its stack needs none; nn.Transformer adds one "
-            "anyway, an extra of PyTorch's.",
             "Right: a final norm is needed where the stream leaves the last layer unnormalised, in pre-norm. "
             "from_torch maps nn.Transformer's extra norm to final_norm=True.",
+            "The paper's post-norm layers each end with a norm, so its stack needs none; nn.Transformer adds one "
+            "anyway, an extra of PyTorch's.",
             "nn.Transformer does always add one, but that is PyTorch's choice, not the paper's design.",
         ],
     ),

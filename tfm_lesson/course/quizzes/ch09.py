@@ -43,17 +43,17 @@ QUESTIONS = [
         prompt="T.Transformer's generator returns logits. Why not probabilities from a softmax?",
         options=[
             "Because the paper's model has no softmax.",
+            "Logits and probabilities are the same thing after training.",
             "F.cross_entropy applies log-softmax itself, in one numerically stable step; softmax(...).log() "
             "underflows to -inf for unlikely tokens.",
-            "Logits and probabilities are the same thing after training.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "The paper's generator ends in a softmax; in code it is left to the loss, which is the same "
             "computation.",
-            "Right: the chapter shows softmax().log() giving -inf where log_softmax() gives a finite number.",
             "Logits are unnormalised scores (any real number); probabilities are positive and sum to one. "
             "Training does not change that.",
+            "Right: the chapter shows softmax().log() giving -inf where log_softmax() gives a finite number.",
         ],
     ),
     Question(
@@ -61,16 +61,16 @@ QUESTIONS = [
                "largest?",
         options=[
             "The encoder: 6 layers of 3.15 M.",
+            "The shared embedding: 37,000 x 512, about 30 %, 18.9 M.",
             "The decoder: 6 layers of 4.2 M, about 40 %.",
-            "The shared embedding: about 30 %, 18.9 M.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "The encoder's 18.9 M ties with the embedding; a decoder layer is larger than an encoder layer "
             "(it has cross-attention and a third norm).",
+            "The shared embedding is 37,000 x 512 = 18.9 M, about 30 %; large, but the decoder holds more.",
             "Right: 25.2 M in the decoder; the embedding (18.9 M, counted once thanks to sharing) and the "
             "encoder (18.9 M) follow.",
-            "The shared embedding is 37,000 x 512 = 18.9 M, about 30 %; large, but the decoder holds more.",
         ],
     ),
 ]

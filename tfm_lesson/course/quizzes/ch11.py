@@ -6,23 +6,23 @@ QUESTIONS = [
         prompt="Beam search with k = 4 has four live beams and a vocabulary of V words. How does it choose the "
                "next four beams?",
         options=[
-            "Each beam keeps its own most probable next word.",
             "All 4 × V extensions are ranked by total log-probability and the best 4 are kept, whichever beams "
             "they come from.",
+            "Each beam keeps its own most probable next word.",
             "The 4 most probable next words of the best beam are kept.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "That is four greedy searches side by side: a strong beam could never split into two survivors.",
             "Right: one ranking over every extension of every beam, so a strong prefix may produce several "
             "survivors and a weak one none.",
+            "That is four greedy searches side by side: a strong beam could never split into two survivors.",
             "That drops the other beams at every step, which throws away exactly what a beam is for.",
         ],
     ),
     Question(
         prompt="Without a length penalty (α = 0), which outputs does beam search tend to prefer?",
         options=[
-            "Longer ones, because they contain more words.",
+            "Longer ones, because they contain more words and each word adds to the total score.",
             "Shorter ones, because every extra token adds a negative log-probability.",
             "Neither: log-probabilities do not depend on length.",
         ],
@@ -38,16 +38,16 @@ QUESTIONS = [
                "from the mean of the two sentence BLEUs?",
         options=[
             "Because sacreBLEU rounds differently in the two functions.",
+            "They cannot differ: corpus BLEU is defined as the mean of sentence BLEUs.",
             "Because corpus BLEU pools the n-gram counts of all sentences and applies one brevity penalty to the "
             "whole corpus, instead of averaging per-sentence scores.",
-            "They cannot differ: corpus BLEU is defined as the mean of sentence BLEUs.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "The difference is far larger than rounding: the two are different formulas.",
+            "That is the common misconception the chapter's exercise 3 shows to be false.",
             "Right: that is why published scores are corpus BLEU, and a mean of sentence BLEUs is not comparable "
             "with them.",
-            "That is the common misconception the chapter's exercise 3 shows to be false.",
         ],
     ),
     Question(

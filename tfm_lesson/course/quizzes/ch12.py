@@ -7,16 +7,16 @@ QUESTIONS = [
                "entropy H / log k?",
         options=[
             "0, because its single weight is 1.",
+            "1, because it spreads its attention uniformly over everything it can see.",
             "Undefined (0 / 0), so such queries are left out of a head's average.",
-            "1, because it attends uniformly to everything it can see.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "Its entropy H is 0, but it is divided by log 1 = 0: the ratio has no meaning, and it says nothing "
             "about the head.",
+            "Uniform over one key and pointing at one key are the same thing, which is why the ratio is 0 / 0.",
             "Right: with one visible key there is no choice to measure. The chapter skips such queries (and gives "
             "them 0 in the per-query tensor, never NaN).",
-            "Uniform over one key and pointing at one key are the same thing, which is why the ratio is 0 / 0.",
         ],
     ),
     Question(
@@ -25,7 +25,8 @@ QUESTIONS = [
         options=[
             "Yes: those features belong to head 2.",
             "No: after the projection W^O every feature mixes all heads; the slice must be zeroed in W^O's input.",
-            "Yes, but only when d_k divides d_model.",
+            "Yes, but only when d_k divides d_model evenly; otherwise the last head's slice spills into its "
+            "neighbour's features after W^O.",
         ],
         answer=1,
         feedback=[
@@ -39,16 +40,16 @@ QUESTIONS = [
                "harmful to remove on its own, yet removing all four together costs almost every point. What does "
                "that show?",
         options=[
-            "That the block does nothing important.",
             "That the heads back each other up: each alone costs far less than the block (at most 14 points "
             "against 96.5 together).",
+            "That the block does nothing important.",
             "That the ablation hook is wrong.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "If the block did nothing, removing all of it would cost nothing too.",
             "Right: single-head ablation underestimates what a block does when its heads carry overlapping "
             "information.",
+            "If the block did nothing, removing all of it would cost nothing too.",
             "The hook was checked against a by-hand computation; the effect is real.",
         ],
     ),
@@ -56,15 +57,15 @@ QUESTIONS = [
         prompt="Over 24 heads, Pearson's r between entropy and damage is −0.27, but two heads alone carry most of the "
                "damage. Why also report Spearman's rank correlation?",
         options=[
-            "Because Spearman's is always larger.",
             "Because it correlates ranks, so two extreme heads count as two ranks instead of dominating the sum.",
+            "Because Spearman's is always larger.",
             "Because Pearson's r cannot be negative.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "It can be larger or smaller; it answers a different question (a monotone trend, not a line).",
             "Right: a few outliers can make r look strong or weak; the rank correlation shows whether the trend "
             "holds across the heads.",
+            "It can be larger or smaller; it answers a different question (a monotone trend, not a line).",
             "Pearson's r ranges from −1 to 1; its sign says whether damage rises or falls with entropy.",
         ],
     ),

@@ -6,34 +6,35 @@ QUESTIONS = [
         prompt="Your from-scratch Transformer trains: the loss goes down steadily. What does that prove?",
         options=[
             "That it is correct: a wrong model would not learn.",
+            "That the attention is correct, though the rest may not be.",
             "Little: most classic bugs keep the shapes right and still train; only parity with a reference on the "
             "same weights and inputs, corner cases included, shows it is right.",
-            "That the attention is correct, though the rest may not be.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "The chapter trains a model with scores / √d_model: it learns the copy task as well as the correct one, "
             "yet it is not the paper's model.",
+            "Attention bugs (the wrong scale, the wrong projection, a missing transpose) train too; the loss cannot "
+            "single out any part.",
             "Right: the projections compensate for a wrong scale, and a model whose heads are merged without the "
             "transpose still lowers its loss on the mixed-up positions; the checkers compare outputs on the same "
             "weights instead.",
-            "Attention bugs (the wrong scale, the wrong projection, a missing transpose) train too; the loss cannot "
-            "single out any part.",
         ],
     ),
     Question(
         prompt="Which sign points at a causal mask that leaks the next token (tril(1) instead of tril())?",
         options=[
-            "A final training loss a little lower than a correct model's.",
             "A training loss far below a correct model's from the very first steps, and poor greedy decoding.",
+            "A final training loss a little lower than a correct model's, reached only at the end of training once the "
+            "leak has been learnt.",
             "A NaN loss.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "A lower final loss alone proves nothing: the √d_model model in the chapter also ends lower, and it "
-            "leaks nothing.",
             "Right: copying the next decoder input is easy, so the leaky loss drops at once; at inference the next "
             "token does not exist, and greedy accuracy collapses.",
+            "A lower final loss alone proves nothing: the √d_model model in the chapter also ends lower, and it "
+            "leaks nothing.",
             "A leak gives finite, suspiciously good losses; NaN comes from fully masked rows filled with -inf.",
         ],
     ),
@@ -41,34 +42,34 @@ QUESTIONS = [
         prompt="Batch-first code adds positions as pe[:x.size(0)].unsqueeze(1) to x of shape (batch, seq_len, "
                "d_model). When does it raise an error?",
         options=[
-            "Whenever batch != seq_len.",
-            "Only for batch size 1.",
             "Never (for batch <= max_len): (batch, 1, d_model) broadcasts over the sequence; each sequence gets one "
             "encoding for all its positions.",
+            "Whenever batch != seq_len.",
+            "Only for batch size 1.",
         ],
-        answer=2,
+        answer=0,
         feedback=[
+            "Right: it is a silent broadcast. Only the numbers show it: within a sequence every position is equal.",
             "The table slice has the batch size on its first axis and 1 on the second, so it broadcasts against "
             "any sequence length.",
             "It runs silently for every batch size, not only 1; the chapter shows it on a batch of three.",
-            "Right: it is a silent broadcast. Only the numbers show it: within a sequence every position is equal.",
         ],
     ),
     Question(
         prompt="With -inf masking, which mask gives a query a fully masked row (and so a NaN output)?",
         options=[
             "Any padding mask: padded queries always get empty rows.",
-            "A key-only padding mask on a right-padded batch.",
             "A left-padded target under the causal mask (its first, padded query sees only itself), an all-padding "
             "sequence, or a mask that hides padded queries as well as keys.",
+            "A key-only padding mask on a right-padded batch.",
         ],
-        answer=2,
+        answer=1,
         feedback=[
             "A key-only padding mask hides padded keys; a padded query still sees the real tokens, so its row is "
             "not empty.",
-            "That is the case that does not produce one: every query, padded or not, still sees the real keys.",
             "Right: those are the masks that leave a row with no True; then softmax gives 0/0 = NaN unless the row "
             "is handled.",
+            "That is the case that does not produce one: every query, padded or not, still sees the real keys.",
         ],
     ),
 ]

@@ -7,18 +7,18 @@ QUESTIONS = [
         prompt="Why may a GPT keep the keys and values of earlier positions instead of recomputing them at "
                "every step?",
         options=[
-            "Because the weights do not change during generation, so every tensor the model computes stays "
-            "valid forever.",
             "Because of the causal mask: position i only looks at positions <= i, so appending a token cannot "
             "change anything computed for the earlier positions.",
+            "Because the weights do not change during generation: every key, value and hidden state computed for a "
+            "position is a fixed function of the weights, so it stays valid forever.",
             "Because attention is a linear function of its inputs.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "Fixed weights are not enough: without a causal mask (an encoder, say), appending a token changes "
-            "every earlier position's output, because each position attends to all others.",
             "Right: the chapter's first check shows it, the logits at positions 0..7 do not move when tokens 8..11 "
             "are added; so their keys and values, computed from those unchanged states, stay valid.",
+            "Fixed weights are not enough: without a causal mask (an encoder, say), appending a token changes "
+            "every earlier position's output, because each position attends to all others.",
             "Attention is not linear (the softmax is not), and linearity would not be the reason anyway: what "
             "matters is that earlier positions never see later ones.",
         ],
@@ -26,37 +26,39 @@ QUESTIONS = [
     Question(
         prompt="What does the cache of one self-attention layer hold, and along which axis does it grow?",
         options=[
-            "The queries, keys and values of every position, growing along the heads axis.",
-            "The hidden states of every earlier position, (batch, length, d_model).",
             "The keys and values of every earlier position, (batch, heads, length, d_k), growing along the "
             "length axis (dim 2).",
+            "The queries, keys and values of every position, (batch, heads, length, d_k) each, growing along the heads "
+            "axis with every new token.",
+            "The hidden states of every earlier position, (batch, length, d_model).",
         ],
-        answer=2,
+        answer=0,
         feedback=[
+            "Right: the new token's query meets the keys of every position and mixes their values, so exactly "
+            "those are kept, one more row per step along the length axis.",
             "Old queries are never needed again (only the new position asks a question), and the number of heads "
             "is fixed: new positions add rows along the length axis.",
             "Keeping hidden states would still force every layer to recompute the keys and values from them at "
             "every step; the cache keeps the keys and values themselves.",
-            "Right: the new token's query meets the keys of every position and mixes their values, so exactly "
-            "those are kept, one more row per step along the length axis.",
         ],
     ),
     Question(
         prompt="With 10 tokens in the cache you feed one new token. Which position encoding does it get, and "
                "which mask?",
         options=[
-            "Position 10, and no mask: the single new query may attend to every cached key and to itself.",
-            "Position 0, since it is the first token of this call, and the causal mask causal_mask(1).",
+            "Position 0, since it is the first token of this call, and the causal mask causal_mask(1) of that "
+            "one-token call.",
             "Position 10, and the causal mask of the whole sequence, (11, 11).",
+            "Position 10, and no mask: the single new query may attend to every cached key and to itself.",
         ],
-        answer=0,
+        answer=2,
         feedback=[
-            "Right: the new token is the 11th, at position len(cache) = 10; its one query row may see all 11 keys, "
-            "so nothing needs masking (several new tokens at once would need the causal mask shifted by 10).",
             "Counting positions from 0 at each call gives every generated token the encoding of position 0: the "
             "model loses track of order and its outputs differ from the uncached ones.",
             "There is only one query row: the mask is (1, 11), all True; a (11, 11) mask does not even match the "
             "attention scores' shape.",
+            "Right: the new token is the 11th, at position len(cache) = 10; its one query row may see all 11 keys, "
+            "so nothing needs masking (several new tokens at once would need the causal mask shifted by 10).",
         ],
     ),
     Question(
@@ -64,17 +66,18 @@ QUESTIONS = [
                "cache?",
         options=[
             "They are appended one position per step, like self-attention's.",
+            "They cannot be cached, because the decoder's queries change at every step and the keys and values are "
+            "computed with them.",
             "They are computed once from the memory at the first step and reused at every later step.",
-            "They cannot be cached, because the decoder's queries change at every step.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "Cross-attention's keys and values come from the encoder's memory, one per source token; no new source "
             "token appears while decoding, so nothing is appended.",
-            "Right: K = m W^K and V = m W^V depend only on the memory m, which is fixed for the whole decoding; the "
-            "chapter counts one key projection per layer with the cache, one per step without.",
             "The queries do change, and they are computed fresh each step; the keys and values do not depend on "
             "them, so they can be kept.",
+            "Right: K = m W^K and V = m W^V depend only on the memory m, which is fixed for the whole decoding; the "
+            "chapter counts one key projection per layer with the cache, one per step without.",
         ],
     ),
     Question(
@@ -83,7 +86,8 @@ QUESTIONS = [
             "Nothing: it only saves work.",
             "Memory: 2 x layers x batch x heads x d_k x length x bytes per number, growing with every generated "
             "token.",
-            "Accuracy: cached generation gives slightly different tokens.",
+            "Accuracy: cached generation gives slightly different tokens, because the cached keys go stale as the "
+            "sequence grows.",
         ],
         answer=1,
         feedback=[

@@ -6,15 +6,15 @@ QUESTIONS = [
         prompt="RMSNorm computes weight * x / sqrt(mean(x**2) + eps). Compared with layer norm, what does it drop?",
         options=[
             "The division: RMSNorm only subtracts the mean.",
+            "The learned gain: RMSNorm has no parameters at all, it only divides each vector by its root mean square.",
             "Subtracting the mean (re-centring) and the shift beta; it keeps the re-scaling and the gain.",
-            "The learned gain: RMSNorm has no parameters.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "It is the other way round: RMSNorm keeps the division (by the root mean square) and drops the mean.",
+            "RMSNorm keeps one learned gain per feature, `weight`, initialised to ones; it has no shift `bias`.",
             "Right. The scale is what keeps each sub-layer's input a steady size; the mean can stay. A vector with "
             "a non-zero mean keeps that mean after RMSNorm (layer norm would set it to 0).",
-            "RMSNorm keeps one learned gain per feature, `weight`, initialised to ones; it has no shift `bias`.",
         ],
     ),
     Question(
@@ -39,15 +39,16 @@ QUESTIONS = [
         prompt="You generate with a KV cache and RoPE. The cache holds 10 positions. How do you rotate the query "
                "and key of the next token?",
         options=[
-            "By position 0: each call sees one token, so it is the first position of its input.",
             "By position 10 = len(cache): the keys already cached were rotated by 0 .. 9 and keep their rotation.",
-            "Rotate the new key by 10, then rotate every cached key again by 10 so they line up.",
+            "By position 0: each call sees one token, so it is the first position of its input.",
+            "Rotate the new key by 10, then rotate every cached key again by 10 so that all keys share the same "
+            "reference position.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
+            "Right. The offset is len(cache); the cached keys were stored already rotated and never change.",
             "That is the classic cache bug: every new token would believe it sits at position 0, and the scores "
             "with the cached keys would use the wrong relative positions.",
-            "Right. The offset is len(cache); the cached keys were stored already rotated and never change.",
             "Cached keys must not be rotated again: their rotation encodes their own position, which has not moved.",
         ],
     ),
@@ -72,14 +73,14 @@ QUESTIONS = [
     Question(
         prompt="SwiGLU has three matrices (gate, up, down) where the 2017 feed-forward network has two. To keep "
                "the parameter count of a d_ff = 2048 network, what hidden size does it use?",
-        options=["2048, the same d_ff", "about 1365, that is 2/3 of 2048", "4096, twice d_ff"],
-        answer=1,
+        options=["2048, the same d_ff as the 2017 network", "4096, twice d_ff", "about 1365, that is 2/3 of 2048"],
+        answer=2,
         feedback=[
             "With three d_model x 2048 matrices SwiGLU would have 1.5 times the parameters, and any gain could "
             "come from the extra size rather than from the gate.",
+            "That would triple the parameters of the feed-forward network.",
             "Right: 3 x d_model x (2/3) d_ff = 2 x d_model x d_ff. Llama then rounds up to a multiple, multiple_of "
             "(256 in Llama 1 and Llama 2 7B/13B, larger in Llama 2 70B and Llama 3: exercise 3).",
-            "That would triple the parameters of the feed-forward network.",
         ],
     ),
     Question(
@@ -88,17 +89,18 @@ QUESTIONS = [
                "deviation of 0.03. What can you conclude?",
         options=[
             "The change helps: its mean loss is lower.",
+            "The change hurts: the paired differences spread three times wider (0.03) than the mean gain (0.01), so "
+            "the new variant is really worse.",
             "Nothing at this scale: the difference is inside the noise; more seeds, longer runs or larger "
             "models would be needed to tell.",
-            "The change hurts, because the spread is larger than the gain.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "The paired differences vary by three times their mean from seed to seed: the 95% interval, 0.01 +/- "
             "4.3 x 0.03 / sqrt(3) = 0.01 +/- 0.07, contains 0, so a lower mean alone is not evidence.",
+            "An interval that contains 0 means we cannot tell the sign, not that the sign is negative.",
             "Right. These changes were adopted because they help at scale (and, for GQA, for memory); a tiny model "
             "trained for a few minutes cannot confirm or refute that.",
-            "An interval that contains 0 means we cannot tell the sign, not that the sign is negative.",
         ],
     ),
 ]

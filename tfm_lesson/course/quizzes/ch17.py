@@ -6,7 +6,7 @@ QUESTIONS = [
         prompt="A head's alignment names the link (3, 2) twice and the sure links hold it once. In Och & Ney's AER, "
                "how often does (3, 2) count?",
         options=[
-            "Twice: the head pointed there twice, so it is twice as sure.",
+            "Twice: the head pointed there twice, so it is twice as sure of that link.",
             "Once: an alignment is a set of links, so A ∩ S holds (3, 2) once.",
             "Not at all: repeated links are errors.",
         ],
@@ -22,16 +22,16 @@ QUESTIONS = [
         prompt="Why does AER give possible links (P) credit only in the numerator's |A ∩ P|, while its denominator "
                "|A| + |S| counts the predicted links and the sure links, never |P|?",
         options=[
+            "Because possible links are rarer than sure ones.",
             "Predicting a possible link is not wrong (precision), but missing one is not an error either (recall "
             "is measured on the sure links).",
-            "Because possible links are rarer than sure ones.",
             "It is a typo in the paper; the denominator should be |A| + |P|.",
         ],
-        answer=0,
+        answer=1,
         feedback=[
+            "How many there are does not matter; what matters is which ones a model must find and which it may.",
             "Right: |A ∩ P| / |A| is a precision that accepts possible links, |A ∩ S| / |S| a recall that asks "
             "only for the sure ones; AER combines the two.",
-            "How many there are does not matter; what matters is which ones a model must find and which it may.",
             "With |P| below the line, an annotator adding possible links would lower every system's score for "
             "links it was never required to find.",
         ],
@@ -40,7 +40,8 @@ QUESTIONS = [
         prompt="You measure an induction head's score on the first half of a repeated-token sequence and get "
                "almost 0. What does that say?",
         options=[
-            "That the head is not an induction head.",
+            "That the head is not an induction head: an induction head attends to the token after the earlier copy at "
+            "every position.",
             "Nothing: the first half is random, no token has an earlier copy, so there is nothing to induce there.",
             "That the model has not been trained long enough.",
         ],
@@ -75,15 +76,15 @@ QUESTIONS = [
         prompt="Patching: you copy the induction head's output from a clean run into a corrupted run. At which "
                "position do you patch to restore the prediction of the token at position t + 1?",
         options=[
+            "At position t − seg_len + 1, the key the head attends to, where the copied token sits.",
             "At position t, the query whose output predicts token t + 1.",
-            "At position t − seg_len + 1, the key the head attends to.",
             "At every position at once, to be safe.",
         ],
-        answer=0,
+        answer=1,
         feedback=[
+            "The key position is where the head reads from; its output there predicts a different token.",
             "Right: a head writes its output at its query position; that is where the prediction of the next "
             "token is read.",
-            "The key position is where the head reads from; its output there predicts a different token.",
             "Patching everything restores everything the head does, and says nothing about where it acts.",
         ],
     ),

@@ -7,17 +7,18 @@ QUESTIONS = [
         prompt="The online softmax has read two blocks of a row: its running maximum is m = 3 and its running sum "
                "d = sum of exp(x - 3) over them. The third block's largest score is 5. What happens to d?",
         options=[
-            "Nothing: the third block's exp(x - 5) terms are added to d.",
             "d is multiplied by exp(3 - 5) first, so that every term is measured against the new maximum 5; then the "
             "third block's exp(x - 5) terms are added.",
-            "d is thrown away and recomputed from the first two blocks, which the online softmax keeps.",
+            "Nothing: the third block's exp(x - 5) terms are added to d.",
+            "d is thrown away and recomputed from the first two blocks, which the online softmax keeps in memory for "
+            "exactly this case, now measured against the new maximum 5.",
         ],
-        answer=1,
+        answer=0,
         feedback=[
-            "Then the old terms count exp(x - 3) and the new ones exp(x - 5): the old blocks weigh exp(2), about "
-            "7.4 times, too much. This is the mistake the chapter's checker calls 'not rescaled'.",
             "Right: exp(x - 3) x exp(3 - 5) = exp(x - 5), so one multiplication moves the whole sum to the new "
             "maximum; the output accumulator of tiled attention gets the same factor.",
+            "Then the old terms count exp(x - 3) and the new ones exp(x - 5): the old blocks weigh exp(2), about "
+            "7.4 times, too much. This is the mistake the chapter's checker calls 'not rescaled'.",
             "The point of the online softmax is that no block is kept or read twice: the maximum and the sum are "
             "all it needs to carry forward.",
         ],
@@ -25,16 +26,16 @@ QUESTIONS = [
     Question(
         prompt="In tiled attention, when is the accumulated output divided by the softmax's sum?",
         options=[
-            "Once, after the last key tile, by the running sum l of the whole row.",
             "After every key tile, by that tile's own sum, so that each tile's weights sum to 1.",
+            "Once, after the last key tile, by the running sum l of the whole row.",
             "Never: the running maximum already makes the weights sum to 1.",
         ],
-        answer=0,
+        answer=1,
         feedback=[
-            "Right: the sum over the whole row is known only at the end; the accumulator keeps unnormalised "
-            "exp(score - m) x value sums, rescaled whenever m grows, and one division finishes it.",
             "Each tile's weights would sum to 1 on their own, so a row of three tiles would weigh 3 in all: the "
             "mistake 'normalised per tile' of the checker.",
+            "Right: the sum over the whole row is known only at the end; the accumulator keeps unnormalised "
+            "exp(score - m) x value sums, rescaled whenever m grows, and one division finishes it.",
             "Subtracting the maximum only keeps exp() from overflowing; it does not normalise anything.",
         ],
     ),
@@ -42,17 +43,17 @@ QUESTIONS = [
         prompt="Tiled attention with a causal mask, tiles of 4: the tile of queries 8..11 and keys 4..7. Which "
                "of its entries may attend?",
         options=[
+            "All of them: every key 4..7 comes before every query 8..11.",
             "The lower triangle of the 4 x 4 tile, as in every tile: torch.ones(4, 4).tril().",
             "None: the tile is off the diagonal.",
-            "All of them: every key 4..7 comes before every query 8..11.",
         ],
-        answer=2,
+        answer=0,
         feedback=[
+            "Right: key j is visible to query i when j <= i, and 7 <= 8; only tiles that cross the diagonal "
+            "need a mask, and tiles wholly above it are skipped.",
             "That is the tile's own row and column, not the positions in the sequence: it would hide keys 5..7 "
             "from query 8, which may see them. The causal rule compares q0 + row with k0 + column.",
             "Tiles above the diagonal (keys after every query) are the ones to skip; this one lies below it.",
-            "Right: key j is visible to query i when j <= i, and 7 <= 8; only tiles that cross the diagonal "
-            "need a mask, and tiles wholly above it are skipped.",
         ],
     ),
     Question(
@@ -60,37 +61,38 @@ QUESTIONS = [
                "Q, K and V?",
         options=[
             "The (q_len, k_len) matrix of probabilities, since the gradient needs it.",
+            "Nothing: the backward pass reruns the whole forward pass, tile by tile, to rebuild every running maximum "
+            "and running sum before it differentiates.",
             "The output and one number per query, the log-sum-exp of its scores; each tile of probabilities is "
             "recomputed as exp(S - lse).",
-            "Nothing: the backward pass reruns the whole forward pass to rebuild every running maximum.",
         ],
-        answer=1,
+        answer=2,
         feedback=[
             "Keeping it would bring back the (q_len, k_len) memory the forward pass avoided; it is recomputed "
             "instead, one tile at a time.",
-            "Right: with lse = m + log l, exp(S - lse) is the normalised probability at once, so no running maximum "
-            "is needed; the output gives rowsum(dO x O), the other term of softmax's gradient.",
             "One number per query is enough to recompute each tile exactly in one step: no second pass of running "
             "maxima is needed.",
+            "Right: with lse = m + log l, exp(S - lse) is the normalised probability at once, so no running maximum "
+            "is needed; the output gives rowsum(dO x O), the other term of softmax's gradient.",
         ],
     ),
     Question(
         prompt="Against the explicit attention, what does tiling change on this CPU?",
         options=[
             "The number of floating-point operations: tiles skip work.",
-            "The result: tiles give an approximation of softmax attention.",
             "The memory: no (q_len, k_len) matrix is formed, only tiles of block x block and O(q_len) running "
             "state, for the same result up to rounding.",
+            "The result: tiles give an approximation of softmax attention.",
         ],
-        answer=2,
+        answer=1,
         feedback=[
             "Without a causal mask the same products are computed (and the backward pass recomputes scores, so "
             "it does more work); only the causal version skips tiles above the diagonal.",
-            "The online softmax is exact: the chapter shows the outputs equal to PyTorch's SDPA within 1e-6 in "
-            "float32, and the gradients equal in float64.",
             "Right: the chapter measures the explicit path's peak growing with the square of the length and the "
             "tiled one growing with the length. On a GPU the fused kernel is also faster, because it reads and "
             "writes less of the slow memory; a Python loop on a CPU is not.",
+            "The online softmax is exact: the chapter shows the outputs equal to PyTorch's SDPA within 1e-6 in "
+            "float32, and the gradients equal in float64.",
         ],
     ),
     Question(

@@ -1,0 +1,147 @@
+"""Checker for chapter 18's backward exercise: FlashAttention's backward pass by recomputation.
+
+- ``check_flash_backward(fn)``: ``fn(q, k, v, out, lse, grad_out, block_size, causal, mask) -> (grad_q, grad_k,
+  grad_v)``, from the saved output ``out`` and log-sum-exp ``lse`` (``-inf`` for a query that sees no key), tile by
+  tile, compared in float64 with autograd through the explicit attention. Named: a missing D = rowsum(dO * O), a
+  forgotten 1/sqrt(d_k), NaN for queries that see nothing, a stored (q_len, k_len) probability matrix (peak memory
+  measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`); the package's own backward (or autograd) is refused.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..look.memory import peak_tensor_bytes
+from ._flash_slips import same_numbers
+from ._harness import Mistake, call, close, expect, passed
+from ._rules import forbid_names, forbid_objects
+
+__all__ = ["check_flash_backward"]
+
+WHY = ("The exercise asks you to write the backward pass from the saved output and log-sum-exp, tile by tile; "
+       "autograd or the package's FlashAttention would do the work.")
+NO_D = ("dV is right but dQ and dK are not: the softmax's backward subtracts D = rowsum(dO * O), one number per "
+        "query computed from the saved output, before multiplying by P: dS = P * (dP - D[..., None])")
+NO_SCALE = ("dQ and dK are sqrt(d_k) times too large: the scores are S = Q K^T / sqrt(d_k), so the chain rule brings "
+            "the same factor back, dQ += dS K / sqrt(d_k) and dK += dS^T Q / sqrt(d_k)")
+NAN = ("your gradients contain NaN for a query that sees no key: its lse is -inf, and exp(S - lse) = "
+       "exp(-inf - (-inf)) is NaN. Replace a -inf lse by 0 in the exponent (torch.where(lse == -inf, 0, lse)) and "
+       "give such a query P = 0: it received nothing, so it sends no gradient (the forward pass's rule, backwards)")
+
+
+def _allowed(q_len: int, k_len: int, causal: bool, mask: Tensor | None) -> Tensor:
+    allowed = torch.ones(q_len, k_len, dtype=torch.bool)
+    allowed = allowed.tril() if causal else allowed
+    return allowed & mask if mask is not None else allowed
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The explicit attention (0 for a query that sees no key), differentiable without NaN; and its lse."""
+    allowed = _allowed(q.size(2), k.size(2), causal, mask)
+    has_key = allowed.any(dim=-1, keepdim=True)  # (..., q_len, 1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (batch, heads, q_len, k_len)
+    filled = scores.masked_fill(~allowed, float("-inf")).masked_fill(~has_key, 0.0)
+    weights = filled.softmax(dim=-1).masked_fill(~has_key, 0.0)
+    lse = torch.where(has_key.squeeze(-1), filled.logsumexp(dim=-1), float("-inf"))
+    return weights @ v, lse.detach()
+
+
+def _by_hand(q, k, v, out, lse, grad_out, causal, mask, bug: str) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward pass written out explicitly, with one slip (``bug``): "no_D" or "no_scale"."""
+    scale = 1.0 if bug == "no_scale" else 1.0 / math.sqrt(q.size(-1))
+    allowed = _allowed(q.size(2), k.size(2), causal, mask)
+    s = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~allowed, float("-inf"))
+    seen = ~(torch.isinf(lse) & (lse < 0))
+    p = torch.where(seen.unsqueeze(-1), torch.exp(s - torch.where(seen, lse, 0.0).unsqueeze(-1)), 0.0)
+    d = torch.zeros_like(lse) if bug == "no_D" else (grad_out * out).sum(dim=-1)
+    ds = p * (grad_out @ v.transpose(-2, -1) - d.unsqueeze(-1))
+    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, p.transpose(-2, -1) @ grad_out
+
+
+def _cases(gen: torch.Generator) -> list:
+    def qkv(q_len, k_len, d=8):
+        return tuple(torch.randn(2, 2, n, d, generator=gen, dtype=torch.float64) for n in (q_len, k_len, k_len))
+
+    hidden = torch.ones(2, 2, 9, 11, dtype=torch.bool)
+    hidden[0, 1, 2] = False  # this query sees no key
+    hidden[1, ..., :5] = False  # left padding: the first key tile (block 4) is all masked
+    pad = torch.ones(2, 1, 1, 13, dtype=torch.bool)
+    pad[1, ..., 10:] = False
+    return [(qkv(10, 10), 4, False, None), (qkv(13, 13), 5, True, None), (qkv(9, 11), 4, False, hidden),
+            (qkv(13, 13), 4, True, pad.expand(2, 2, 13, 13))]
+
+
+def _grads(result: object, what: str) -> tuple[Tensor, Tensor, Tensor]:
+    expect(result is not None, "your code returned None: not written yet, or did you forget a `return`?")
+    expect(isinstance(result, (tuple, list)) and len(result) == 3 and all(isinstance(t, Tensor) for t in result),
+           f"{what} must return three tensors (grad_q, grad_k, grad_v), got {type(result).__name__}")
+    return tuple(t.detach() for t in result)
+
+
+def check_flash_backward(fn: Callable) -> None:
+    """``fn(q, k, v, out, lse, grad_out, block_size, causal, mask)`` -> ``(grad_q, grad_k, grad_v)`` equal to
+    autograd's through the explicit attention (float64), with causal masks, masks that hide a query's every key or a
+    whole first tile, and lengths that the block does not divide; and no (q_len, k_len) matrix held at once."""
+    forbid_objects(fn, {"FlashAttention": _package("FlashAttention"), "_backward": _package("_backward"),
+                        "flash_attention": _package("flash_attention")}, "backward pass", WHY)
+    forbid_names(fn, ("autograd", "backward", "flash_attention", "FlashAttention"), "backward pass", WHY)
+    gen = torch.Generator().manual_seed(181)
+    cases = _cases(gen)
+    for (q, k, v), block, causal, mask in cases:
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, lse = _attention(*leaves, causal, mask)
+        grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+        want = torch.autograd.grad(out, leaves, grad_out)
+        out = out.detach()
+        what = (f"your backward(q {tuple(q.shape)}, k {tuple(k.shape)}, v, out, lse, grad_out, block_size={block}, "
+                f"causal={causal}, mask={'None' if mask is None else 'a boolean mask'})")
+        got = _grads(call(fn, q, k, v, out, lse, grad_out, block, causal, mask, what=what), what)
+        _compare(what, got, want, lambda bug: _by_hand(q, k, v, out, lse, grad_out, causal, mask, bug))
+    _check_memory(fn)
+    passed("check_flash_backward", f"{len(cases)} cases (causal, a query that sees no key, a masked first tile, "
+                                   "blocks that do not divide the length) equal autograd's gradients in float64, "
+                                   "with no (q_len, k_len) matrix held")
+
+
+def _package(name: str) -> object:
+    from .. import flash
+
+    return getattr(flash, name)
+
+
+def _compare(what: str, got: tuple, want: tuple, slip: Callable[[str], tuple]) -> None:
+    names = ("grad_q", "grad_k", "grad_v")
+    for name, g, w in zip(names, got, want):
+        expect(g.shape == w.shape, f"{what}: {name} has shape {tuple(g.shape)}, expected {tuple(w.shape)}")
+    if any(torch.isnan(g).any() for g in got):
+        raise Mistake(NAN)
+    if all(close(g, w, atol=1e-8, rtol=1e-6) for g, w in zip(got, want)):
+        return
+    for bug, hint in (("no_D", NO_D), ("no_scale", NO_SCALE)):
+        if all(same_numbers(g, s, atol=1e-8, rtol=1e-6) for g, s in zip(got, slip(bug))):
+            raise Mistake(hint)
+    wrong = [(n, (g - w).abs().max().item()) for n, g, w in zip(names, got, want) if not close(g, w, 1e-8, 1e-6)]
+    raise Mistake(f"{what}: {', '.join(f'{n} differs from autograd by up to {e:.3g}' for n, e in wrong)}. "
+                  "Recompute each tile P = exp(S - lse) (S with the causal rule and the mask), then dV += P^T dO, "
+                  "dP = dO V^T, dS = P * (dP - D), dQ += dS K / sqrt(d_k), dK += dS^T Q / sqrt(d_k)")
+
+
+def _check_memory(fn: Callable) -> None:
+    """Measured with the package's tracer: the answer's tensors may never hold a (q_len, k_len) matrix."""
+    length, block = 256, 32
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 1, length, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    out, lse = _attention(q, k, v, False, None)
+    grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    square = length * length * q.element_size()
+    with torch.no_grad():
+        peak = call(peak_tensor_bytes, fn, q, k, v, out, lse, grad_out, block, False, None,
+                    what=f"your backward(q (1, 1, {length}, 16), ..., block_size={block})")
+    expect(peak < square, f"STORED P: at length {length} with block_size={block} your backward's tensors held "
+                          f"{peak / 1024:.0f} KiB at their peak, as much as a full (q_len, k_len) matrix "
+                          f"({square / 1024:.0f} KiB) or more: it builds the whole probability (or score) matrix. "
+                          "Recompute one (block, block) tile of P = exp(S - lse) at a time and add its share to "
+                          "dQ, dK and dV")
