@@ -15,7 +15,9 @@ import pytest
 from tfm_lesson import grading
 from tfm_lesson.course import student_copy
 from tfm_lesson.course import copy_chapter_answers
+from tfm_lesson.course import submission
 from tfm_lesson.course.grading import exercises
+from tfm_lesson.course.grading_kernel import kernel_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
@@ -146,7 +148,7 @@ def test_files_that_are_not_notebooks_score_zero_with_the_reason(graded):
 
 
 def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):
-    monkeypatch.setattr(grading, "MAX_BYTES", 1000)
+    monkeypatch.setattr(submission, "MAX_BYTES", 1000)  # read_submission reads it there
     big = tmp_path / "big.ipynb"
     big.write_text("x" * 2000)
     g = grading.grade_one(_chapter(), exercises(_chapter()), big, tmp_path, 10, 0)
@@ -195,7 +197,7 @@ def test_every_chapter_scores_full_marks_with_its_own_solutions(tmp_path):
 
     paths = [p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) if _has_exercises(p)]
     assert len(paths) >= 15  # nearly every chapter ends with exercises
-    grading._kernel_spec(tmp_path, grading.DEFAULT_MEMORY_MB, 120)
+    kernel_spec(tmp_path, grading.DEFAULT_MEMORY_MB, 120)
 
     def one(path: Path) -> grading.Graded:
         chapter = nbformat.read(path, as_version=4)
