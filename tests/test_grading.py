@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import csv
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -153,6 +155,15 @@ def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):
     big.write_text("x" * 2000)
     g = grading.grade_one(_chapter(), exercises(_chapter()), big, tmp_path, 10, 0)
     assert all(not r.passed and "over the grader's" in r.message for r in g.results)
+
+
+def test_the_kernel_imports_this_package(tmp_path):
+    """The grader's kernel puts the folder that holds tfm_lesson first on its path (not tfm_lesson/ itself)."""
+    kernel_spec(tmp_path, 0, 60)
+    env = json.loads((tmp_path / "tfm-grade" / "kernel.json").read_text())["env"]
+    first = Path(env["PYTHONPATH"].split(os.pathsep)[0])
+    assert (first / "tfm_lesson" / "__init__.py").is_file()
+    assert first.resolve() == Path(grading.__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("args, why", [

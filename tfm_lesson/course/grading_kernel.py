@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .._io import PACKAGE
+
 
 def cell_text(cell: Any) -> str:
     """What a run cell printed (its stream outputs, joined)."""
@@ -83,7 +85,7 @@ def kernel_spec(directory: Path, memory_mb: int, timeout: int) -> None:
     spec.mkdir(parents=True, exist_ok=True)
     env = {"TFM_CHECK_TIME_LIMIT": str(max(1, timeout - 5)), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "MPLBACKEND": "Agg", "TFM_DEVICE": os.environ.get("TFM_DEVICE", "cpu"),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+           "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent),  # the folder holding this tfm_lesson
                                           *filter(None, [os.environ.get("PYTHONPATH", "")])])}
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "tfm_lesson.course._grade_kernel", "--memory-mb", str(memory_mb),
