@@ -7,12 +7,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .cli_checks import (TRANSLATION_ONLY, check_common, check_device, check_out, flag_finite, flag_positive_int,
                          guarded, refuse_foreign, resumed_run)
 from .cli_flags import LM_FALLBACKS, RECIPES, SAVE_EVERY
+
+if TYPE_CHECKING:
+    from ..data.corpus import Corpus
+    from ..gpt import GPT
+    from .lm import LMCheckpoint, LMData
 
 # The settings of a --task lm / --text run that a resumed run keeps (a different value on the command line is refused).
 LM_RUN_KEYS = ("task", "text", "vocab_size", "max_len", "d_model", "heads", "num_layers", "d_ff", "dropout",
@@ -74,23 +80,18 @@ def resolve_lm(args: argparse.Namespace, p: argparse.ArgumentParser) -> dict:
     return run
 
 
-def train_language_model(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``--task lm`` / ``--text FILE`` / ``--resume OUT/lm.pt``: train a GPT under the same contract as a
-    translation run, print samples and held-out perplexity; the last line of stdout is a JSON summary."""
+def _lm_data(run: dict, resume: Path | None,
+             parser: argparse.ArgumentParser) -> tuple[Corpus, LMCheckpoint | None, LMData]:
+    """The text (a usage error when it cannot be read, or is too short for ``--max-len``), the run being resumed
+    if any, and the text as tokens (with the resumed run's tokenizer, else one trained here)."""
     from ..data.corpus import load_corpus
-    from ..gpt import GPT, GPTConfig
-    from .lm import (complete, load_lm, perplexity, prepare_lm_data, train_lm, unigram_perplexity,
-                     update_lm_extra)
+    from .lm import load_lm, prepare_lm_data
 
-    run = resolve_lm(args, parser)
-    device = check_device(args.device, parser) or _default_device()
-    out = args.out or (args.resume.parent if args.resume is not None else LM_OUT)
-    path = check_out(out, args.resume, args.overwrite, parser, "lm.pt")
     try:
         corpus = load_corpus(path=Path(run["text"]) if run["text"] else None)
     except (FileNotFoundError, ValueError) as exc:
         parser.error(f"--text: {exc}")
-    saved = load_lm(args.resume, device="cpu") if args.resume is not None else None
+    saved = load_lm(resume, device="cpu") if resume is not None else None
     torch.manual_seed(run["seed"])
     data = prepare_lm_data(corpus, vocab_size=run["vocab_size"], tokenizer=saved.tokenizer if saved else None)
     print(f"corpus: {corpus!r}", flush=True)
@@ -99,6 +100,42 @@ def train_language_model(args: argparse.Namespace, parser: argparse.ArgumentPars
     if data.train.numel() < max_len + 1 or data.valid.numel() < max_len + 1:
         parser.error(f"the text is too short for --max-len {max_len}: {data.train.numel()} training and "
                      f"{data.valid.numel()} validation tokens; give more text or a smaller --max-len")
+    return corpus, saved, data
+
+
+def _summary(model: GPT, data: LMData, corpus: Corpus, path: Path, device: torch.device, history: dict,
+             before: str | None, sample: dict) -> dict:
+    """After training: held-out perplexity beside the unigram baseline (stored in the checkpoint) and the samples
+    before and after, printed; returns the JSON summary."""
+    from .lm import complete, perplexity, unigram_perplexity, update_lm_extra
+
+    valid_ppl = perplexity(model, data.valid)
+    baseline = unigram_perplexity(data.train, data.valid, data.vocab_size)
+    after = complete(model, data.tokenizer, "", temperature=0.8, top_k=20, **sample)
+    if before is not None:
+        print(f"sample at step 0: {before!r}", flush=True)
+    print(f"sample after training: {after!r}", flush=True)
+    update_lm_extra(path, valid_perplexity=valid_ppl, unigram_perplexity=baseline)
+    print(f"checkpoint: {path}", flush=True)
+    return {"task": "lm", "corpus": corpus.name, "train_tokens": data.train.numel(),
+            "valid_tokens": data.valid.numel(), "vocab_size": data.vocab_size,
+            "valid_perplexity": round(valid_ppl, 3), "unigram_perplexity": round(baseline, 3),
+            "steps": len(history["step"]), "seconds": round(history["seconds"][-1], 1),
+            "device": str(device), "checkpoint": str(path)}
+
+
+def train_language_model(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--task lm`` / ``--text FILE`` / ``--resume OUT/lm.pt``: train a GPT under the same contract as a
+    translation run, print samples and held-out perplexity; the last line of stdout is a JSON summary."""
+    from ..gpt import GPT, GPTConfig
+    from .lm import complete, train_lm
+
+    run = resolve_lm(args, parser)
+    device = check_device(args.device, parser) or _default_device()
+    out = args.out or (args.resume.parent if args.resume is not None else LM_OUT)
+    path = check_out(out, args.resume, args.overwrite, parser, "lm.pt")
+    corpus, saved, data = _lm_data(run, args.resume, parser)
+    max_len = run["max_len"]
     model = saved.model if saved else GPT(GPTConfig(
         vocab_size=data.vocab_size, max_len=max_len, d_model=run["d_model"], heads=run["heads"], d_ff=run["d_ff"],
         num_layers=run["num_layers"], dropout=run["dropout"]))
@@ -127,20 +164,7 @@ def train_language_model(args: argparse.Namespace, parser: argparse.ArgumentPars
         lambda m: print(m, flush=True))
     if status:
         return status
-    history = histories[0]
-    valid_ppl = perplexity(model, data.valid)
-    baseline = unigram_perplexity(data.train, data.valid, data.vocab_size)
-    after = complete(model, data.tokenizer, "", temperature=0.8, top_k=20, **sample)
-    if before is not None:
-        print(f"sample at step 0: {before!r}", flush=True)
-    print(f"sample after training: {after!r}", flush=True)
-    update_lm_extra(path, valid_perplexity=valid_ppl, unigram_perplexity=baseline)
-    print(f"checkpoint: {path}", flush=True)
-    print(json.dumps({"task": "lm", "corpus": corpus.name, "train_tokens": data.train.numel(),
-                      "valid_tokens": data.valid.numel(), "vocab_size": data.vocab_size,
-                      "valid_perplexity": round(valid_ppl, 3), "unigram_perplexity": round(baseline, 3),
-                      "steps": len(history["step"]), "seconds": round(history["seconds"][-1], 1),
-                      "device": str(device), "checkpoint": str(path)}), flush=True)
+    print(json.dumps(_summary(model, data, corpus, path, device, histories[0], before, sample)), flush=True)
     return 0
 
 
