@@ -1,7 +1,8 @@
-"""Training: the loop of the paper's section 5 (``loop``), the command line (``cli``: ``python -m tfm_lesson.train``),
-checkpoints, the run contract every trainer keeps (``runstate``), the recipes' numbers (``recipes``), the language
-model's trainer (``lm``), reference runs (``reference``), translation metrics (``metrics``) and the ablation of
-today's block (``ablation``).
+"""Training: the loop of the paper's section 5 (``loop``), the command line (``cli``: ``python -m tfm_lesson.train``;
+its flags in ``cli_flags``, the checks both kinds of run make in ``cli_checks``, the runs in ``cli_translation`` and
+``cli_lm``), checkpoints, the run contract every trainer keeps (``runstate``), the recipes' numbers (``recipes``),
+the language model's trainer (``lm``), reference runs (``reference``), translation metrics (``metrics``) and the
+ablation of today's block (``ablation``).
 
 Nothing is imported here, so ``import tfm_lesson.train.recipes`` stays light; the command line's names are still
 reachable from the package (``from tfm_lesson.train import main``), as they were before the package had folders.
