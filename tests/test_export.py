@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from tfm_lesson.course.export import nbgrader_notebook, otter_notebook
-from tfm_lesson.course.grading import _definitions, exercises
+from tfm_lesson.course.exercises import chapter_definitions, exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
@@ -52,7 +52,7 @@ def _exercises_only() -> nbformat.NotebookNode:
     start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
     head = []
     for cell in nb.cells[1:start]:
-        source = _definitions(cell.source) if cell.cell_type == "code" else ""
+        source = chapter_definitions(cell.source) if cell.cell_type == "code" else ""
         if source:
             head.append(nbformat.v4.new_code_cell(source))
     nb.cells = head + nb.cells[start:]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import csv
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,9 @@ import pytest
 from tfm_lesson import grading
 from tfm_lesson.course import student_copy
 from tfm_lesson.course import copy_chapter_answers
+from tfm_lesson.course import submission
 from tfm_lesson.course.grading import exercises
+from tfm_lesson.course.grading_kernel import kernel_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
@@ -146,11 +150,20 @@ def test_files_that_are_not_notebooks_score_zero_with_the_reason(graded):
 
 
 def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):
-    monkeypatch.setattr(grading, "MAX_BYTES", 1000)
+    monkeypatch.setattr(submission, "MAX_BYTES", 1000)  # read_submission reads it there
     big = tmp_path / "big.ipynb"
     big.write_text("x" * 2000)
     g = grading.grade_one(_chapter(), exercises(_chapter()), big, tmp_path, 10, 0)
     assert all(not r.passed and "over the grader's" in r.message for r in g.results)
+
+
+def test_the_kernel_imports_this_package(tmp_path):
+    """The grader's kernel puts the folder that holds tfm_lesson first on its path (not tfm_lesson/ itself)."""
+    kernel_spec(tmp_path, 0, 60)
+    env = json.loads((tmp_path / "tfm-grade" / "kernel.json").read_text())["env"]
+    first = Path(env["PYTHONPATH"].split(os.pathsep)[0])
+    assert (first / "tfm_lesson" / "__init__.py").is_file()
+    assert first.resolve() == Path(grading.__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("args, why", [
@@ -195,7 +208,7 @@ def test_every_chapter_scores_full_marks_with_its_own_solutions(tmp_path):
 
     paths = [p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) if _has_exercises(p)]
     assert len(paths) >= 15  # nearly every chapter ends with exercises
-    grading._kernel_spec(tmp_path, grading.DEFAULT_MEMORY_MB, 120)
+    kernel_spec(tmp_path, grading.DEFAULT_MEMORY_MB, 120)
 
     def one(path: Path) -> grading.Graded:
         chapter = nbformat.read(path, as_version=4)

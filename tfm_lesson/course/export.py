@@ -28,7 +28,7 @@ from typing import Any
 
 from .._io import atomic_open
 from .cells import CourseError, write_notebook
-from .grading import Exercise, exercises
+from .exercises import Exercise, exercises
 
 __all__ = ["OtterCellTimeLimit", "export", "nbgrader_notebook", "otter_notebook"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .lexicon import LIGATURES, PRONOUNS, TIME_ADVERBS
 from .sentences import Clause, NPSpec, _np, realize, sample_clause
@@ -95,6 +95,150 @@ def _link_all(sure: set, possible: set, fr: list[int], en: list[int], sure_if_si
         sure.add((fr[0], en[0]))
 
 
+@dataclass
+class _Links:
+    """The alignment being built: both sentences' tokens, the links so far, and the positions already explained."""
+
+    en_tok: list[str]
+    fr_tok: list[str]
+    sure: set[tuple[int, int]] = field(default_factory=set)
+    possible: set[tuple[int, int]] = field(default_factory=set)
+    en_taken: set[int] = field(default_factory=set)
+    fr_taken: set[int] = field(default_factory=set)
+    en_low: list[str] = field(init=False)  # the tokens lower-cased, as noun phrases are found
+    fr_low: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.en_low, self.fr_low = [t.lower() for t in self.en_tok], [t.lower() for t in self.fr_tok]
+
+    def link(self, fr: list[int], en: list[int], sure_if_single: bool = True) -> None:
+        """Every pair of ``fr`` and ``en`` possible; sure when each side is one word (and ``sure_if_single``)."""
+        _link_all(self.sure, self.possible, fr, en, sure_if_single)
+
+    def frozen(self) -> tuple[frozenset, frozenset]:
+        """The sure links and the possible ones (which contain the sure ones)."""
+        return frozenset(self.sure), frozenset(self.possible | self.sure)
+
+
+def _noun_phrases(clause: Clause) -> list[tuple[NPSpec, bool]]:
+    """The clause's noun phrases in sentence order (subject, object, place), each with "is it a negated object"."""
+    nps = [(clause.subject, False)] if isinstance(clause.subject, NPSpec) else []
+    nps += [(clause.obj, clause.neg)] if clause.obj is not None else []
+    nps += [(clause.place, False)] if clause.place is not None else []
+    return nps
+
+
+def _find_french(links: _Links, f_part: list[str], start: int) -> tuple[int, int | None]:
+    """Where the French noun phrase starts, and the position of "au"/"aux" when it is written fused with "à"."""
+    f_at = _find(links.fr_low, f_part, start, links.fr_taken)
+    if f_at < 0 and f_part and f_part[0] in _FUSED.values():  # "à le marché" is written "au marché"
+        for short, det in _FUSED.items():
+            if f_part[0] == det:
+                f_at = _find(links.fr_low, [short] + f_part[1:], start, links.fr_taken)
+                if f_at >= 0:
+                    return f_at, f_at
+    return f_at, None
+
+
+def _link_preposition(links: _Links, e_at: int, f_at: int, fused: int | None) -> None:
+    """The preposition just before the place: "to" with "à" (or with the fused "au", which is "to" and "the")."""
+    e_prep = e_at - 1 if e_at > 0 and (e_at - 1) not in links.en_taken else None
+    if fused is not None and e_prep is not None:
+        links.link([fused], [e_prep])  # "au" is "to" and "the" at once
+        links.en_taken.add(e_prep)
+    elif f_at > 0 and (f_at - 1) not in links.fr_taken and e_prep is not None:
+        links.link([f_at - 1], [e_prep])
+        links.en_taken.add(e_prep)
+        links.fr_taken.add(f_at - 1)
+
+
+def _align_noun_phrases(clause: Clause, links: _Links, en: str, fr: str) -> list[int]:
+    """Link each noun phrase part by part (and the place's preposition); returns the subject noun's English
+    positions (empty when the subject is a pronoun)."""
+    en_start = fr_start = 0
+    subject_noun: list[int] = []
+    for spec, negated in _noun_phrases(clause):
+        e_part, f_part = _np_tokens(spec, "en"), _np_tokens(spec, "fr", negated)
+        e_at = _find(links.en_low, e_part, en_start, links.en_taken)
+        f_at, fused = _find_french(links, f_part, fr_start)
+        if e_at < 0 or f_at < 0:
+            raise ValueError(f"noun phrase {' '.join(e_part)!r} / {' '.join(f_part)!r} not found in "
+                             f"{en!r} / {fr!r}")
+        e_parts, f_parts = _np_parts(spec, len(e_part), "en"), _np_parts(spec, len(f_part), "fr")
+        for key, f_off in f_parts.items():
+            e_idx = [e_at + o for o in e_parts.get(key, [])]
+            links.link([f_at + o for o in f_off], e_idx)
+        if spec is clause.subject:
+            subject_noun = [e_at + o for o in e_parts["noun"]]
+        links.en_taken.update(range(e_at, e_at + len(e_part)))
+        links.fr_taken.update(range(f_at, f_at + len(f_part)))
+        if spec is clause.place and clause.place is not None:
+            _link_preposition(links, e_at, f_at, fused)
+        en_start, fr_start = e_at + len(e_part), f_at + len(f_part)
+    return subject_noun
+
+
+def _align_punctuation(links: _Links) -> None:
+    """The final punctuation marks, when both sentences end with one."""
+    en_tok, fr_tok = links.en_tok, links.fr_tok
+    if en_tok and fr_tok and en_tok[-1] in _PUNCT and fr_tok[-1] in _PUNCT:
+        links.link([len(fr_tok) - 1], [len(en_tok) - 1])
+        links.en_taken.add(len(en_tok) - 1)
+        links.fr_taken.add(len(fr_tok) - 1)
+
+
+def _align_adverb(clause: Clause, links: _Links) -> None:
+    """The time adverb, word group with word group."""
+    if not clause.adverb:
+        return
+    a_en, a_fr = TIME_ADVERBS[clause.tense][0]
+    e_part, f_part = [t.lower() for t in tokenize_words(a_en)], [t.lower() for t in tokenize_words(a_fr)]
+    e_at, f_at = _find(links.en_low, e_part, 0, links.en_taken), _find(links.fr_low, f_part, 0, links.fr_taken)
+    if e_at >= 0 and f_at >= 0:
+        links.link(list(range(f_at, f_at + len(f_part))), list(range(e_at, e_at + len(e_part))))
+        links.en_taken.update(range(e_at, e_at + len(e_part)))
+        links.fr_taken.update(range(f_at, f_at + len(f_part)))
+
+
+def _align_subject_pronoun(clause: Clause, links: _Links, subject_noun: list[int]) -> None:
+    """A subject pronoun with its French one; in an inverted question, the French "il" with the subject noun."""
+    f_pro = [i for i, t in enumerate(links.fr_low) if i not in links.fr_taken and t in _FR_PRONOUNS]
+    if isinstance(clause.subject, int):
+        e_pro = [i for i, t in enumerate(links.en_low)
+                 if i not in links.en_taken and t == PRONOUNS[clause.subject][0].lower()]
+        if e_pro and f_pro:
+            links.link([f_pro[0]], [e_pro[0]])
+            links.en_taken.add(e_pro[0])
+            links.fr_taken.add(f_pro[0])
+    elif clause.question:  # "Son frère a-t-il lu ...": "il" stands for the subject
+        if f_pro and subject_noun:
+            links.link([f_pro[0]], subject_noun, sure_if_single=False)
+            links.fr_taken.add(f_pro[0])
+
+
+def _align_verb_group(clause: Clause, links: _Links) -> None:
+    """What is left: the attribute of "be", then the verb group (every pair possible; the lexical verb and the
+    negation sure)."""
+    en_rest = [i for i in range(len(links.en_tok)) if i not in links.en_taken and links.en_tok[i] not in _PUNCT]
+    fr_rest = [i for i in range(len(links.fr_tok)) if i not in links.fr_taken and links.fr_tok[i] not in _PUNCT]
+    # the attribute of "be" is the last word left in both languages
+    if clause.verb is None and en_rest and fr_rest:
+        links.link([fr_rest.pop()], [en_rest.pop()])
+    en_low, fr_low = links.en_low, links.fr_low
+    fr_verb = [i for i in fr_rest if fr_low[i] not in ("-", "t")]
+    en_verb = list(en_rest)
+    links.link(fr_rest, en_rest, sure_if_single=False)
+    if clause.neg:
+        e_not = [i for i in en_verb if en_low[i] in ("not", "n't")]
+        f_pas = [i for i in fr_verb if fr_low[i] == "pas"]
+        if e_not and f_pas:
+            links.sure.add((f_pas[0], e_not[0]))
+        en_verb = [i for i in en_verb if en_low[i] not in ("not", "n't")]
+        fr_verb = [i for i in fr_verb if fr_low[i] not in ("pas", "ne", "n'")]
+    if en_verb and fr_verb:
+        links.sure.add((fr_verb[-1], en_verb[-1]))
+
+
 def align_clause(clause: Clause, en: str | None = None, fr: str | None = None) -> AlignedPair:
     """The gold alignment of the pair realised from ``clause`` (realised here unless ``en`` and ``fr`` are given).
 
@@ -107,97 +251,14 @@ def align_clause(clause: Clause, en: str | None = None, fr: str | None = None) -
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         if en is None or fr is None:
             en, fr = realize(clause)
-        en_tok = tokenize_words(en)
-        fr_tok = tokenize_words(fr)
-        en_low, fr_low = [t.lower() for t in en_tok], [t.lower() for t in fr_tok]
-        sure: set[tuple[int, int]] = set()
-        possible: set[tuple[int, int]] = set()
-        en_taken: set[int] = set()
-        fr_taken: set[int] = set()
-        nps = [(clause.subject, False)] if isinstance(clause.subject, NPSpec) else []
-        nps += [(clause.obj, clause.neg)] if clause.obj is not None else []
-        nps += [(clause.place, False)] if clause.place is not None else []
-        en_start = fr_start = 0
-        subject_noun: list[int] = []
-        for k, (spec, negated) in enumerate(nps):
-            e_part, f_part = _np_tokens(spec, "en"), _np_tokens(spec, "fr", negated)
-            e_at = _find(en_low, e_part, en_start, en_taken)
-            f_at = _find(fr_low, f_part, fr_start, fr_taken)
-            fused = None
-            if f_at < 0 and f_part and f_part[0] in _FUSED.values():  # "à le marché" is written "au marché"
-                for short, det in _FUSED.items():
-                    if f_part[0] == det:
-                        f_at = _find(fr_low, [short] + f_part[1:], fr_start, fr_taken)
-                        if f_at >= 0:
-                            fused = f_at
-                            break
-            if e_at < 0 or f_at < 0:
-                raise ValueError(f"noun phrase {' '.join(e_part)!r} / {' '.join(f_part)!r} not found in "
-                                 f"{en!r} / {fr!r}")
-            e_parts, f_parts = _np_parts(spec, len(e_part), "en"), _np_parts(spec, len(f_part), "fr")
-            for key, f_off in f_parts.items():
-                e_idx = [e_at + o for o in e_parts.get(key, [])]
-                _link_all(sure, possible, [f_at + o for o in f_off], e_idx)
-            if spec is clause.subject:
-                subject_noun = [e_at + o for o in e_parts["noun"]]
-            en_taken.update(range(e_at, e_at + len(e_part)))
-            fr_taken.update(range(f_at, f_at + len(f_part)))
-            if spec is clause.place and clause.place is not None:  # the preposition just before the place
-                e_prep = e_at - 1 if e_at > 0 and (e_at - 1) not in en_taken else None
-                if fused is not None and e_prep is not None:
-                    _link_all(sure, possible, [fused], [e_prep])  # "au" is "to" and "the" at once
-                    en_taken.add(e_prep)
-                elif f_at > 0 and (f_at - 1) not in fr_taken and e_prep is not None:
-                    _link_all(sure, possible, [f_at - 1], [e_prep])
-                    en_taken.add(e_prep)
-                    fr_taken.add(f_at - 1)
-            en_start, fr_start = e_at + len(e_part), f_at + len(f_part)
-        # punctuation at the end
-        if en_tok and fr_tok and en_tok[-1] in _PUNCT and fr_tok[-1] in _PUNCT:
-            _link_all(sure, possible, [len(fr_tok) - 1], [len(en_tok) - 1])
-            en_taken.add(len(en_tok) - 1)
-            fr_taken.add(len(fr_tok) - 1)
-        # the time adverb
-        if clause.adverb:
-            a_en, a_fr = TIME_ADVERBS[clause.tense][0]
-            e_part, f_part = [t.lower() for t in tokenize_words(a_en)], [t.lower() for t in tokenize_words(a_fr)]
-            e_at, f_at = _find(en_low, e_part, 0, en_taken), _find(fr_low, f_part, 0, fr_taken)
-            if e_at >= 0 and f_at >= 0:
-                _link_all(sure, possible, list(range(f_at, f_at + len(f_part))), list(range(e_at, e_at + len(e_part))))
-                en_taken.update(range(e_at, e_at + len(e_part)))
-                fr_taken.update(range(f_at, f_at + len(f_part)))
-        # the subject pronoun
-        if isinstance(clause.subject, int):
-            e_pro = [i for i, t in enumerate(en_low) if i not in en_taken and t == PRONOUNS[clause.subject][0].lower()]
-            f_pro = [i for i, t in enumerate(fr_low) if i not in fr_taken and t in _FR_PRONOUNS]
-            if e_pro and f_pro:
-                _link_all(sure, possible, [f_pro[0]], [e_pro[0]])
-                en_taken.add(e_pro[0])
-                fr_taken.add(f_pro[0])
-        elif clause.question:  # "Son frère a-t-il lu ...": "il" stands for the subject
-            f_pro = [i for i, t in enumerate(fr_low) if i not in fr_taken and t in _FR_PRONOUNS]
-            if f_pro and subject_noun:
-                _link_all(sure, possible, [f_pro[0]], subject_noun, sure_if_single=False)
-                fr_taken.add(f_pro[0])
-        en_rest = [i for i in range(len(en_tok)) if i not in en_taken and en_tok[i] not in _PUNCT]
-        fr_rest = [i for i in range(len(fr_tok)) if i not in fr_taken and fr_tok[i] not in _PUNCT]
-        # the attribute of "be" is the last word left in both languages
-        if clause.verb is None and en_rest and fr_rest:
-            _link_all(sure, possible, [fr_rest.pop()], [en_rest.pop()])
-        # the verb group: every pair possible; the lexical verb and the negation sure
-        fr_verb = [i for i in fr_rest if fr_low[i] not in ("-", "t")]
-        en_verb = list(en_rest)
-        _link_all(sure, possible, fr_rest, en_rest, sure_if_single=False)
-        if clause.neg:
-            e_not = [i for i in en_verb if en_low[i] in ("not", "n't")]
-            f_pas = [i for i in fr_verb if fr_low[i] == "pas"]
-            if e_not and f_pas:
-                sure.add((f_pas[0], e_not[0]))
-            en_verb = [i for i in en_verb if en_low[i] not in ("not", "n't")]
-            fr_verb = [i for i in fr_verb if fr_low[i] not in ("pas", "ne", "n'")]
-        if en_verb and fr_verb:
-            sure.add((fr_verb[-1], en_verb[-1]))
-    return AlignedPair(en, fr, tuple(en_tok), tuple(fr_tok), frozenset(sure), frozenset(possible | sure))
+        links = _Links(tokenize_words(en), tokenize_words(fr))
+        subject_noun = _align_noun_phrases(clause, links, en, fr)
+        _align_punctuation(links)
+        _align_adverb(clause, links)
+        _align_subject_pronoun(clause, links, subject_noun)
+        _align_verb_group(clause, links)
+    sure, possible = links.frozen()
+    return AlignedPair(en, fr, tuple(links.en_tok), tuple(links.fr_tok), sure, possible)
 
 
 def generate_aligned(n: int, seed: int = 0) -> list[AlignedPair]:

@@ -40,7 +40,7 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .._io import atomic_open
 
@@ -112,6 +112,93 @@ def _check_ids(ids: object, vocab_size: int) -> list[int]:
     return out
 
 
+def _check_training(text: str, vocab_size: int, min_frequency: int, tie_break: str) -> None:
+    """The arguments of :meth:`BPETokenizer.train`: a TypeError or ValueError naming the wrong one."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+    if vocab_size < 256:
+        raise ValueError(f"vocab_size must be at least 256 (the byte alphabet), got {vocab_size}")
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ValueError(f"min_frequency must be a positive int, got {min_frequency!r}")
+    if tie_break not in ("bytes", "hf"):
+        raise ValueError(f"tie_break must be 'bytes' or 'hf', got {tie_break!r}")
+
+
+def _pair_rank(tie_break: str) -> Callable[[int], int]:
+    """A token's place among equally frequent pairs: a byte by its value ("bytes") or by GPT-2's byte order
+    ("hf"); a merged token by its id."""
+    byte_rank = list(range(256))
+    if tie_break == "hf":
+        for position, b in enumerate(gpt2_byte_order()):
+            byte_rank[b] = position
+
+    def rank(t: int) -> int:
+        return byte_rank[t] if t < 256 else t
+
+    return rank
+
+
+class _PairIndex:
+    """What training keeps up to date between merges: each distinct chunk's tokens and how often it occurs, each
+    neighbouring pair's count (weighted by those frequencies) and the chunks that hold it, and a heap of the counts
+    (most frequent first, ties to the lowest ranks; an entry whose count has changed since is skipped)."""
+
+    def __init__(self, counts: Counter, rank: Callable[[int], int]) -> None:
+        self.rank = rank
+        self.words = [list(chunk.encode("utf-8")) for chunk in counts]  # each distinct chunk once ...
+        self.freqs = list(counts.values())  # ... with how often it occurs
+        self.pair_counts: Counter = Counter()
+        self.where: dict[tuple[int, int], set[int]] = {}
+        for w, (ids, f) in enumerate(zip(self.words, self.freqs)):
+            for pair in zip(ids, ids[1:]):
+                self.pair_counts[pair] += f
+                self.where.setdefault(pair, set()).add(w)
+        self.heap = [(-c, rank(a), rank(b), (a, b)) for (a, b), c in self.pair_counts.items()]
+        heapq.heapify(self.heap)
+
+    def _push(self, pair: tuple[int, int], count: int) -> None:
+        heapq.heappush(self.heap, (-count, self.rank(pair[0]), self.rank(pair[1]), pair))
+
+    def pop_most_frequent(self) -> tuple[tuple[int, int], int] | None:
+        """The most frequent pair and its count, taken off the heap; None when no pair is left."""
+        while self.heap:
+            neg, _, _, pair = heapq.heappop(self.heap)
+            current = self.pair_counts.get(pair, 0)
+            if current == -neg:
+                return pair, current
+            if current > 0:  # a stale entry: the count changed since it was pushed
+                self._push(pair, current)
+        return None
+
+    def merge(self, pair: tuple[int, int], new_id: int) -> None:
+        """Replace ``pair`` by ``new_id`` in every chunk that holds it, and update the counts it changes."""
+        changed: set[tuple[int, int]] = set()
+        for w in sorted(self.where.pop(pair, ())):
+            ids, f = self.words[w], self.freqs[w]
+            if len(ids) < 2:
+                continue
+            merged = merge_pair(ids, pair, new_id)
+            if len(merged) == len(ids):  # stale: this word no longer holds the pair
+                continue
+            for p in zip(ids, ids[1:]):  # take the old word's pairs out ...
+                self.pair_counts[p] -= f
+                changed.add(p)
+            for p in zip(merged, merged[1:]):  # ... and put the new word's in
+                self.pair_counts[p] += f
+                self.where.setdefault(p, set()).add(w)
+                changed.add(p)
+            self.words[w] = merged
+        self.pair_counts.pop(pair, None)
+        for p in changed:
+            c = self.pair_counts.get(p, 0)
+            if c > 0:
+                self._push(p, c)
+            else:
+                self.pair_counts.pop(p, None)
+
+
 class BPETokenizer:
     """Byte-level BPE. ``merges[i] = (a, b)`` made token ``256 + i``; ``vocab[id]`` is a token's bytes."""
 
@@ -172,83 +259,38 @@ class BPETokenizer:
         ``progress``: print a line every tenth of the merges to stderr (``None``: for texts longer than
         :data:`PROGRESS_FROM` characters); ``verbose`` prints every merge.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
-            raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
-        if vocab_size < 256:
-            raise ValueError(f"vocab_size must be at least 256 (the byte alphabet), got {vocab_size}")
-        if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-            raise ValueError(f"min_frequency must be a positive int, got {min_frequency!r}")
-        if tie_break not in ("bytes", "hf"):
-            raise ValueError(f"tie_break must be 'bytes' or 'hf', got {tie_break!r}")
+        _check_training(text, vocab_size, min_frequency, tie_break)
         self.merges, self.vocab, self.ranks, self._cache = [], [bytes([b]) for b in range(256)], {}, {}
-        byte_rank = list(range(256))
-        if tie_break == "hf":
-            for position, b in enumerate(gpt2_byte_order()):
-                byte_rank[b] = position
-
-        def rank(t: int) -> int:  # the order among equally frequent pairs; merged tokens by id
-            return byte_rank[t] if t < 256 else t
-
-        pieces = self.chunks(text)
-        if self._regex is not None:
-            pieces = [c[i: i + MAX_TRAIN_CHUNK] for c in pieces for i in range(0, len(c), MAX_TRAIN_CHUNK)]
-        counts = Counter(pieces)
+        rank = _pair_rank(tie_break)
+        counts = Counter(self._training_pieces(text))
         show = len(text) > PROGRESS_FROM if progress is None else bool(progress)
         wanted = vocab_size - 256
         if show:
             print(f"BPE: {len(text):,} characters in {len(counts):,} distinct chunks; learning {wanted} merges",
                   file=sys.stderr, flush=True)
-        words = [list(chunk.encode("utf-8")) for chunk in counts]  # each distinct chunk once ...
-        freqs = list(counts.values())  # ... with how often it occurs
-        pair_counts: Counter = Counter()
-        where: dict[tuple[int, int], set[int]] = {}
-        for w, (ids, f) in enumerate(zip(words, freqs)):
-            for pair in zip(ids, ids[1:]):
-                pair_counts[pair] += f
-                where.setdefault(pair, set()).add(w)
-        heap = [(-c, rank(a), rank(b), (a, b)) for (a, b), c in pair_counts.items()]
-        heapq.heapify(heap)
-        while len(self.vocab) < vocab_size and heap:
-            neg, _, _, pair = heapq.heappop(heap)
-            current = pair_counts.get(pair, 0)
-            if current != -neg:  # a stale entry: the count changed since it was pushed
-                if current > 0:
-                    heapq.heappush(heap, (-current, rank(pair[0]), rank(pair[1]), pair))
-                continue
-            if current < min_frequency:
+        index = _PairIndex(counts, rank)
+        while len(self.vocab) < vocab_size:
+            best = index.pop_most_frequent()
+            if best is None:
+                break
+            pair, count = best
+            if count < min_frequency:
                 break
             new_id = self._add_merge(pair)
             if show and wanted >= 10 and len(self.merges) % (wanted // 10) == 0:
                 print(f"BPE: {len(self.merges)}/{wanted} merges", file=sys.stderr, flush=True)
             if verbose:
                 print(f"merge {len(self.merges):4d}: {self.vocab[pair[0]]!r} + {self.vocab[pair[1]]!r} "
-                      f"-> {new_id} ({current} times)")
-            changed: set[tuple[int, int]] = set()
-            for w in sorted(where.pop(pair, ())):
-                ids, f = words[w], freqs[w]
-                if len(ids) < 2:
-                    continue
-                merged = merge_pair(ids, pair, new_id)
-                if len(merged) == len(ids):  # stale: this word no longer holds the pair
-                    continue
-                for p in zip(ids, ids[1:]):  # take the old word's pairs out ...
-                    pair_counts[p] -= f
-                    changed.add(p)
-                for p in zip(merged, merged[1:]):  # ... and put the new word's in
-                    pair_counts[p] += f
-                    where.setdefault(p, set()).add(w)
-                    changed.add(p)
-                words[w] = merged
-            pair_counts.pop(pair, None)
-            for p in changed:
-                c = pair_counts.get(p, 0)
-                if c > 0:
-                    heapq.heappush(heap, (-c, rank(p[0]), rank(p[1]), p))
-                else:
-                    pair_counts.pop(p, None)
+                      f"-> {new_id} ({count} times)")
+            index.merge(pair, new_id)
         return self
+
+    def _training_pieces(self, text: str) -> list[str]:
+        """The chunks training counts in: with a split pattern, none longer than :data:`MAX_TRAIN_CHUNK`."""
+        pieces = self.chunks(text)
+        if self._regex is not None:
+            pieces = [c[i: i + MAX_TRAIN_CHUNK] for c in pieces for i in range(0, len(c), MAX_TRAIN_CHUNK)]
+        return pieces
 
     # ------------------------------------------------------------------------------------ encode / decode
     def _encode_chunk(self, chunk: str) -> list[int]:

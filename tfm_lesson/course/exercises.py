@@ -1,0 +1,90 @@
+"""A chapter's exercises, as the grader and the export read them: where each exercise's cells are, its checker
+call and its points (:func:`exercises`), and the definitions of the chapter's other cells that the exercises run
+among (:func:`chapter_definitions`)."""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .cells import CourseError
+from .cells import is_solution as _is_solution
+from .cells import is_stub as _is_stub
+
+_IMPORTANCE = re.compile(r"\*\*Importance\*\*\s*(\d+)\s*/\s*\d+")
+_TITLE = re.compile(r"^#+\s*(Exercise\s+\d+[^\n]*)", re.MULTILINE)
+
+
+@dataclass
+class Exercise:
+    """One exercise of a chapter: where its cells are and how it is checked."""
+
+    number: int
+    title: str  # "Exercise 1: split the heads"
+    points: int  # its Importance label
+    answer_index: int | None  # the "your turn" cell before the solution (None when there is none)
+    solution_index: int
+    check_index: int
+    checker: str  # "check_split_heads"
+    arguments: str  # "split_heads" or "my_attention, corner_cases=False"
+
+
+def _check_call(source: str, where: str) -> tuple[str, str]:
+    """``check_x(args)`` of a check cell, as (checker name, argument source)."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError as exc:
+        raise CourseError(f"{where}: the check cell does not parse ({exc})") from None
+    calls = [s.value for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+             and isinstance(s.value.func, ast.Name) and s.value.func.id.startswith("check_")]
+    if len(calls) != 1:
+        raise CourseError(f"{where}: expected one `check_...(answer)` call in the cell after the solution")
+    call = calls[0]
+    parts = [ast.unparse(a) for a in call.args] + [ast.unparse(k) for k in call.keywords]
+    return call.func.id, ", ".join(parts)
+
+
+def exercises(chapter: Any) -> list[Exercise]:
+    """The exercises of an instructor's chapter (with solutions), in order."""
+    cells = chapter["cells"]
+    if any(_is_stub(c) for c in cells):
+        raise CourseError("the chapter has no solution cells (its exercises hold the student stubs): pass the "
+                          "instructor's chapter, not a student copy")
+    found: list[Exercise] = []
+    for i, cell in enumerate(cells):
+        if not _is_solution(cell):
+            continue
+        n = len(found) + 1
+        check = i + 1
+        if check >= len(cells) or cells[check].get("cell_type") != "code" or _is_solution(cells[check]):
+            raise CourseError(f"exercise {n} (cell {i + 1}): no check cell right after the solution")
+        checker, arguments = _check_call(cells[check]["source"], f"cell {check + 1}")
+        before = cells[i - 1] if i else None
+        answer = i - 1 if before is not None and before.get("cell_type") == "code" and not _is_solution(before) else None
+        text = next((c["source"] for c in reversed(cells[:i]) if c.get("cell_type") == "markdown"
+                     and _TITLE.search(c["source"])), "")
+        title = _TITLE.search(text).group(1).strip() if text else f"Exercise {n}"
+        importance = _IMPORTANCE.search(text)
+        found.append(Exercise(n, title, int(importance.group(1)) if importance else 1, answer, i, check,
+                              checker, arguments))
+    if not found:
+        raise CourseError("the chapter has no solution cells: pass the instructor's chapter, not a student copy")
+    return found
+
+
+def chapter_definitions(source: str) -> str:
+    """The imports, functions, classes and call-free assignments of a chapter cell (what later cells may name);
+    its training runs, plots and prints are left out."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython magics, say: nothing to take
+        return ""
+    keep = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            keep.append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and not any(
+                isinstance(n, ast.Call) for n in ast.walk(node.value)):
+            keep.append(node)
+    return "\n\n".join(ast.unparse(n) for n in keep)
