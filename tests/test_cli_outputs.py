@@ -13,7 +13,7 @@ import pytest
 
 import tfm_lesson
 from conftest import call_main
-from tfm_lesson import ablation, reference, train
+from tfm_lesson import ablation, reference, scaling, train
 from tfm_lesson._io import inside_package
 
 PACKAGE = Path(tfm_lesson.__file__).resolve().parent
@@ -23,6 +23,7 @@ PACKAGE = Path(tfm_lesson.__file__).resolve().parent
 DEFAULT_OUTPUTS = {
     "train": lambda: [train.DEFAULT_OUT, train.LM_OUT],
     "ablation": lambda: [ablation.DEFAULT_OUT],
+    "scaling": lambda: [scaling.DEFAULT_OUT],
     "reference": lambda: [reference.default_out(task) for task in reference.RECIPES],
     "course": lambda: [], "quiz": lambda: [], "translate": lambda: [], "generate": lambda: [],
     "_grade_kernel": lambda: [],  # the grader's kernel: writes nothing

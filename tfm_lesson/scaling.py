@@ -40,7 +40,7 @@ from .lm import LMData, perplexity, prepare_lm_data
 from .lm_recipe import train_recipe
 from .recipes import LM_RECIPE, SCALING
 
-__all__ = ["shape_config", "run_point", "fit_parabola", "fit_power_law", "fit_sweep", "bootstrap", "predict",
+__all__ = ["shape_config", "run_point", "grid", "fit_parabola", "fit_power_law", "fit_sweep", "bootstrap", "predict",
            "sweep", "load_shipped", "DEFAULT_OUT", "FORMAT", "main"]
 
 FORMAT = "tfm_lesson-scaling/1"
@@ -75,15 +75,15 @@ def run_point(data: LMData, budget: float, d_model: int, num_layers: int, settin
 
 # ---------------------------------------------------------------------------------------------------- fits
 def fit_parabola(params: list[float], losses: list[float]) -> tuple[float, float] | None:
-    """Vertex ``(N_opt, L_min)`` of the parabola through ``(ln N, loss)``, or ``None`` when it opens downwards or
-    fewer than three distinct sizes are given (no minimum to read)."""
+    """Vertex ``(N_opt, L_min)`` of the least-squares parabola through ``(ln N, loss)``, or ``None`` when it has no
+    minimum between the smallest and the largest size given, or fewer than three distinct sizes are given."""
     x = np.log(np.asarray(params, dtype=float))
     if len(np.unique(x)) < 3:
         return None
     a, b, c = np.polyfit(x, np.asarray(losses, dtype=float), 2)
-    if a <= 0:
+    vertex = -b / (2 * a) if a > 0 else math.inf
+    if not x.min() <= vertex <= x.max():  # no minimum, or one outside the sizes tried: not read off this curve
         return None
-    vertex = -b / (2 * a)
     return float(math.exp(vertex)), float(c - b * b / (4 * a))
 
 
@@ -207,10 +207,10 @@ def _nearest_shape(shapes: list[tuple[int, int]], params: float, settings: dict)
     return min(shapes, key=lambda s: abs(math.log(parameter_count(shape_config(*s, settings)) / params)))
 
 
-def sweep(out: str | os.PathLike, settings: dict = SCALING, data: LMData | None = None,
-          log: Callable[[str], None] = print, draws: int = 1000) -> dict:
-    """Run (or continue) the whole sweep into ``out``: the isoFLOP grid, the fit and its bootstrap, the prediction
-    at ``check_budget`` (written before the check run starts), the check run. Returns the result."""
+def grid(out: str | os.PathLike, settings: dict = SCALING, data: LMData | None = None,
+         log: Callable[[str], None] = print) -> dict:
+    """Run (or continue) the isoFLOP grid into ``out``, every point saved as it ends; returns the result, whose
+    ``"_path"`` is ``out``. A file there with other settings is refused."""
     path = Path(out)
     stated = _settings(settings)
     result = {"format": FORMAT, **stated, "points": [], "check_points": [], "seconds": 0.0}
@@ -222,12 +222,20 @@ def sweep(out: str | os.PathLike, settings: dict = SCALING, data: LMData | None 
         log(f"resuming {path}: {len(result['points'])} points done")
     result["_path"] = path
     result.setdefault("load_average", []).append(list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
-    torch_threads = torch.get_num_threads()
     data = data if data is not None else prepare_lm_data(load_corpus(), settings["vocab_size"])
     result["train_tokens"] = int(data.train.numel())
     for index in range(len(settings["budgets"])):
         _grid_row(result, index, data, settings, log)
-    return _predict_and_check(result, settings, data, log, draws, torch_threads)
+    return result
+
+
+def sweep(out: str | os.PathLike, settings: dict = SCALING, data: LMData | None = None,
+          log: Callable[[str], None] = print, draws: int = 1000) -> dict:
+    """Run (or continue) the whole sweep into ``out``: the isoFLOP grid, the fit and its bootstrap, the prediction
+    at ``check_budget`` (written before the check run starts), the check run. Returns the result."""
+    data = data if data is not None else prepare_lm_data(load_corpus(), settings["vocab_size"])
+    result = grid(out, settings, data, log)
+    return _predict_and_check(result, settings, data, log, draws, torch.get_num_threads())
 
 
 def _predict_and_check(result: dict, settings: dict, data: LMData, log: Callable[[str], None], draws: int,
