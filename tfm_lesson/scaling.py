@@ -41,7 +41,7 @@ from .lm_recipe import train_recipe
 from .recipes import LM_RECIPE, SCALING
 
 __all__ = ["shape_config", "run_point", "grid", "fit_parabola", "fit_power_law", "fit_sweep", "bootstrap", "predict",
-           "sweep", "load_shipped", "DEFAULT_OUT", "FORMAT", "main"]
+           "sweep", "load_shipped", "plot_isoflops", "DEFAULT_OUT", "FORMAT", "main"]
 
 FORMAT = "tfm_lesson-scaling/1"
 DEFAULT_OUT = Path("runs") / "scaling.json"
@@ -275,6 +275,48 @@ def load_shipped() -> dict:
     """The sweep shipped with the package (``tfm_lesson/data/reference/scaling.json``)."""
     text = resources.files("tfm_lesson.data").joinpath("reference", "scaling.json").read_text(encoding="utf-8")
     return json.loads(text)
+
+
+def plot_isoflops(result: dict, title: str | None = None):
+    """Two panels: left, the isoFLOP curves (validation loss against parameters, one colour per budget) with
+    their parabolas and vertices, and the check run; right, the best loss of each budget against the budget,
+    the power law through them, the prediction with its 90% bootstrap interval, and the check run."""
+    from . import viz
+
+    points, pred, check = result["points"], result["prediction"], result["check"]
+    fit = fit_sweep(points)
+    fig = viz.new_figure(10, 3.9)
+    left, right = fig.subplots(1, 2)
+    with viz.course_style():
+        for colour, (budget, group) in zip(viz.PALETTE, _by_budget(points).items()):
+            group = sorted(group, key=lambda p: p["params"])
+            n = np.array([p["params"] for p in group], dtype=float)
+            loss = np.array([p["valid_loss"] for p in group])
+            left.plot(n, loss, "o", color=colour, label=f"C = {budget:.0e} FLOPs")
+            grid_n = np.exp(np.linspace(np.log(n.min()), np.log(n.max()), 60))
+            left.plot(grid_n, np.polyval(np.polyfit(np.log(n), loss, 2), np.log(grid_n)), "-", color=colour, alpha=0.7)
+        left.plot(fit["n_opt"], fit["l_opt"], "D", color="black", markersize=5, label="best size (vertex)")
+        left.plot([check["params"]], [check["valid_loss"]], "*", color=viz.PALETTE[3], markersize=12,
+                  label=f"check run, C = {check['budget']:.0e}")
+        left.set_xscale("log")
+        viz.style_axes(left, "isoFLOP curves", "parameters N (log)", "validation loss (nats/token)")
+        left.legend(fontsize=8)
+        budgets = np.array(fit["budgets"] + [pred["budget"]])
+        c_grid = np.exp(np.linspace(np.log(budgets.min()), np.log(budgets.max()), 50))
+        (big_a, b) = fit["l_law"]
+        right.plot(fit["budgets"], fit["l_opt"], "D", color="black", label="best loss of each budget")
+        right.plot(c_grid, big_a * c_grid ** b, "--", color=viz.PALETTE[0], label=f"fit L = A C^{b:.3f}")
+        low, _, high = pred["bootstrap"]["l_pred"]
+        right.errorbar([pred["budget"]], [pred["loss"]], yerr=[[pred["loss"] - low], [high - pred["loss"]]],
+                       fmt="o", color=viz.PALETTE[0], capsize=4, label="prediction, 90% bootstrap")
+        right.plot([check["budget"]], [check["valid_loss"]], "*", color=viz.PALETTE[3], markersize=12,
+                   label="check run")
+        right.set_xscale("log")
+        viz.style_axes(right, "loss against compute", "training FLOPs C (log)", "validation loss (nats/token)")
+        right.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def build_parser() -> argparse.ArgumentParser:
