@@ -299,6 +299,13 @@ def plot_isoflops(result: dict, title: str | None = None):
         left.plot([check["params"]], [check["valid_loss"]], "*", color=viz.PALETTE[3], markersize=12,
                   label=f"check run, C = {check['budget']:.0e}")
         left.set_xscale("log")
+        from matplotlib.ticker import FixedLocator, NullFormatter
+
+        sizes = [p["params"] for p in points] + [check["params"]]
+        ticks = [t for t in (1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6) if min(sizes) / 1.5 <= t <= max(sizes) * 1.5]
+        left.xaxis.set_major_locator(FixedLocator(ticks))
+        left.set_xticklabels([f"{t / 1e3:g}k" for t in ticks])
+        left.xaxis.set_minor_formatter(NullFormatter())
         viz.style_axes(left, "isoFLOP curves", "parameters N (log)", "validation loss (nats/token)")
         left.legend(fontsize=8)
         budgets = np.array(fit["budgets"] + [pred["budget"]])
