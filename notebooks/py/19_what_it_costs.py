@@ -481,7 +481,7 @@ print(f"check run: {check['params']:,} parameters, {check['steps']} steps, loss 
       f"the prediction")
 print(f"sweep: {shipped['seconds'] / 60:.0f} min of training on one thread")
 
-# %% mystnb={"image": {"alt": "Two panels. Left: validation loss against parameters on a log axis, one colour per compute budget; each budget's points form a shallow bowl with a fitted parabola, the bowls lower for larger budgets, black diamonds at their minima and a star for the check run. Right: the best loss of each budget against compute on a log axis, a dashed power-law line through them extended to the larger budget, the prediction drawn with its bootstrap interval as an error bar and the check run as a star well above it."}}
+# %% mystnb={"image": {"alt": "Two panels: on the left, loss against parameters for each budget forms a shallow bowl with a fitted parabola, lower for larger budgets, minima marked; on the right, the best losses against compute follow a dashed power law extended to the larger budget, where the check run's star sits well above the prediction's error bar."}}
 scaling.plot_isoflops(shipped, title="A scaling law grown on a CPU: isoFLOP curves, the fit, the prediction and its check")
 
 # %% [markdown]
