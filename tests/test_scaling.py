@@ -115,9 +115,30 @@ def test_shipped_sweep_is_complete_and_consistent():
     budgets = {p["budget"] for p in shipped["points"]}
     assert len(budgets) >= 3
     sizes = [p["params"] for p in shipped["points"]]
-    assert max(sizes) / min(sizes) >= 3
+    assert max(sizes) / min(sizes) >= 10  # widths and depths spanning ten times in parameters or more
     fit = scaling.fit_sweep(shipped["points"])
     assert fit is not None
     n_pred, l_pred = scaling.predict(fit, shipped["prediction"]["budget"])
     assert n_pred == pytest.approx(shipped["prediction"]["n_opt"]) and l_pred == pytest.approx(shipped["prediction"]["loss"])
     assert shipped["check"]["inside"] == scaling.band_holds(shipped["prediction"], shipped["check"]["valid_loss"])
+
+
+def test_prediction_is_written_before_the_check_run(tmp_path, data, monkeypatch):
+    """With runs that follow a known law, the sweep predicts it, saves the prediction, then trains the check."""
+    out = tmp_path / "sweep.json"
+    settings = dict(SCALING, budgets=[1e10, 1e11, 1e12], first_shape=[0, 0, 0], check_budget=1e13)
+
+    def on_the_law(data, budget, d_model, num_layers, settings):
+        n = scaling.parameter_count(scaling.shape_config(d_model, num_layers, settings))
+        if budget == settings["check_budget"]:
+            assert "prediction" in json.loads(out.read_text()), "the check run started before the prediction was saved"
+        loss = 10 * budget ** -0.05 + 0.1 * math.log(n / (30 * budget ** 0.3)) ** 2
+        return dict(budget=budget, d_model=d_model, num_layers=num_layers, params=n, non_embedding=n, steps=1,
+                    tokens=1, flops=budget, train_loss=loss, valid_loss=loss, seconds=0.0)
+
+    monkeypatch.setattr(scaling, "run_point", on_the_law)
+    result = scaling.sweep(out, settings, data, lambda line: None, draws=50)
+    assert result["fit"]["n_law"][1] == pytest.approx(0.3, abs=1e-6)
+    assert result["prediction"]["loss"] == pytest.approx(10 * 1e13 ** -0.05, rel=1e-6)
+    assert result["check"]["inside"] == scaling.band_holds(result["prediction"], result["check"]["valid_loss"])
+    assert json.loads(out.read_text())["check"] == result["check"]

@@ -259,7 +259,7 @@ def _predict_and_check(result: dict, settings: dict, data: LMData, log: Callable
     result["check"] = dict(check, inside=band_holds(result["prediction"], check["valid_loss"]))
     result["load_average"][-1] = [result["load_average"][-1], list(os.getloadavg()) if hasattr(os, "getloadavg")
                                   else None]
-    result["threads"] = torch_threads
+    result["threads"] = torch_threads  # the process's count; each run trains under auto_threads (one thread here)
     _save(path, {k: v for k, v in result.items() if k != "_path"})
     del result["_path"]
     return result
