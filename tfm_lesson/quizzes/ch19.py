@@ -101,7 +101,7 @@ QUESTIONS = [
             "For plain SGD that would do, but Adam divides by the running scale of the gradient: a gradient 4 times "
             "too large gives a different update (and different clipping). Scale the loss, not the rate.",
             "Right: the mean over 16 rows is the sum of four means over 4 rows, each times 4/16. The chapter "
-            "checked it: the weights after one step agree with the large batch's to rounding.",
+            "checked it: the accumulated gradients agree with the large batch's to rounding.",
             "It is exact up to floating-point rounding, because the gradient of a sum is the sum of the gradients; "
             "the chapter measured the difference.",
         ],
