@@ -82,7 +82,8 @@ def test_two_point_sweep_runs_and_resumes(tmp_path, data, monkeypatch):
     assert len(points) == 2 and points[0] == first[0]
     for p in points:
         config = scaling.shape_config(p["d_model"], p["num_layers"], TINY)
-        assert p["flops"] == p["steps"] * flops_per_token(config, TINY["max_len"]) * TINY["batch_size"] * TINY["max_len"]
+        tokens_per_step = TINY["batch_size"] * TINY["max_len"]
+        assert p["flops"] == p["steps"] * flops_per_token(config, TINY["max_len"]) * tokens_per_step
         assert abs(p["flops"] - 3e8) / 3e8 < 0.5 and math.isfinite(p["valid_loss"])
     assert result["points"] == points
     monkeypatch.setattr(scaling, "run_point", lambda *a, **k: pytest.fail("a finished point was trained again"))
@@ -119,7 +120,8 @@ def test_shipped_sweep_is_complete_and_consistent():
     fit = scaling.fit_sweep(shipped["points"])
     assert fit is not None
     n_pred, l_pred = scaling.predict(fit, shipped["prediction"]["budget"])
-    assert n_pred == pytest.approx(shipped["prediction"]["n_opt"]) and l_pred == pytest.approx(shipped["prediction"]["loss"])
+    assert n_pred == pytest.approx(shipped["prediction"]["n_opt"])
+    assert l_pred == pytest.approx(shipped["prediction"]["loss"])
     assert shipped["check"]["inside"] == scaling.band_holds(shipped["prediction"], shipped["check"]["valid_loss"])
 
 

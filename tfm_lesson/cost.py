@@ -166,8 +166,8 @@ def activation_bytes(config_or_model, batch: int, seq_len: int, bytes_per_value:
     its heads merged (``6 d``); the kernel's log-sum-exp (one per head); the feed-forward's hidden layer before and
     after the activation (``2 d_ff``). Per layer, whatever the batch: the causal mask as a float
     ``seq_len x seq_len`` matrix (and two boolean columns of it), and the ``(3 d, d)`` matrix of the query, key
-    and value weights joined for one product. Then the final norm (``2 d + 2``) and the log-probabilities (``vocab``) per
-    token, the token ids and targets (int64, 16 bytes a token), and the loss."""
+    and value weights joined for one product. Then the final norm (``2 d + 2``) and the log-probabilities
+    (``vocab``) per token, the token ids and targets (int64, 16 bytes a token), and the loss."""
     c = _config(config_or_model)
     if not isinstance(c, GPTConfig):
         raise TypeError("activation_bytes takes a GPTConfig")

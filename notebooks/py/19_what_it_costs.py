@@ -147,8 +147,9 @@ del model
 # %% [markdown]
 # Attention holds 72 matrices of $d \times d$ (four in each of the six encoder layers, eight in each of the six
 # decoder layers, which attend twice), the twelve feed-forward networks hold more, and one shared matrix of
-# 37,000 $\times$ 512 serves as source embedding, target embedding and generator. The paper's table 3 says 65 M for its base model; the count above is
-# a little smaller, most likely because the paper's vocabulary was not exactly the one assumed here.
+# 37,000 $\times$ 512 serves as source embedding, target embedding and generator. The paper's table 3 says 65 M
+# for its base model; the count above is a little smaller, most likely because the paper's vocabulary was not
+# exactly the one assumed here.
 #
 # Now chapter 14's GPT (its recipe in `tfm_lesson.recipes`), tied as it trains, and untied:
 
@@ -179,7 +180,8 @@ print(f"embedding and positions: {share:.0%} of the tied model")
 # NBVAL_CHECK_OUTPUT
 seq_len, batch = lm_config.max_len, 4
 model = GPT(lm_config)
-x, y = random_windows(torch.randint(0, lm_config.vocab_size, (5_000,)), batch, seq_len, torch.Generator().manual_seed(0))
+ids = torch.randint(0, lm_config.vocab_size, (5_000,))  # random token ids: counting needs no text
+x, y = random_windows(ids, batch, seq_len, torch.Generator().manual_seed(0))
 with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
     model(x)
 forward = counter.get_total_flops()
@@ -226,7 +228,7 @@ for n in (64, 256, 1024, 4096):
 batch = recipe("lm")["train"]["batch_size"]
 model = GPT(lm_config)
 optimizer = make_adamw(model)
-x, y = random_windows(torch.randint(0, lm_config.vocab_size, (5_000,)), batch, seq_len, torch.Generator().manual_seed(1))
+x, y = random_windows(ids, batch, seq_len, torch.Generator().manual_seed(1))
 
 
 def training_step():
@@ -378,7 +380,7 @@ viz.plot_lines({"learning rate": rates}, title="Warm-up, then cosine decay", xla
 T.seed_everything(0)
 big, small = GPT(lm_config), GPT(lm_config)
 small.load_state_dict(big.state_dict())
-x, y = random_windows(torch.randint(0, lm_config.vocab_size, (5_000,)), 32, seq_len, torch.Generator().manual_seed(2))
+x, y = random_windows(ids, 32, seq_len, torch.Generator().manual_seed(2))
 loss_big = accumulate_gradients(big, x, y)  # one batch of 32
 loss_small = accumulate_gradients(small, x, y, micro_batches=4)  # four of 8, weighted 1/4 each
 gap = max((a.grad - b.grad).abs().max().item() for a, b in zip(big.parameters(), small.parameters()))
@@ -420,7 +422,8 @@ data = prepare_lm_data(load_corpus(), SCALING["vocab_size"])
 budget, (d_model, layers) = SCALING["budgets"][0], (32, 1)
 start = time.perf_counter()
 live = scaling.run_point(data, budget, d_model, layers)
-same = next(p for p in shipped["points"] if p["budget"] == budget and (p["d_model"], p["num_layers"]) == (d_model, layers))
+same = next(p for p in shipped["points"]
+            if p["budget"] == budget and (p["d_model"], p["num_layers"]) == (d_model, layers))
 print(f"C = {budget:.0e}, d_model {d_model}, {layers} layer(s): {live['steps']} steps in "
       f"{time.perf_counter() - start:.0f} s")
 print(f"validation loss live {live['valid_loss']:.4f}, shipped {same['valid_loss']:.4f} "
