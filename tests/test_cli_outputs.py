@@ -13,7 +13,7 @@ import pytest
 
 import tfm_lesson
 from conftest import call_main
-from tfm_lesson.train import ablation, cli as train, reference
+from tfm_lesson.train.cli import ablation, cli as train, reference, scaling
 from tfm_lesson._io import inside_package
 
 PACKAGE = Path(tfm_lesson.__file__).resolve().parent
@@ -23,6 +23,7 @@ PACKAGE = Path(tfm_lesson.__file__).resolve().parent
 DEFAULT_OUTPUTS = {
     "train.cli": lambda: [train.DEFAULT_OUT, train.LM_OUT],
     "train.ablation": lambda: [ablation.DEFAULT_OUT],
+    "train.scaling": lambda: [scaling.DEFAULT_OUT],
     "train.reference": lambda: [reference.default_out(task) for task in reference.RECIPES],
     "course.__init__": lambda: [], "course.quiz": lambda: [], "train.translate": lambda: [],
     "train.generate": lambda: [],

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -50,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout: its notebooks/ an
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tfm_lesson.train import cost  # noqa: E402
 from tfm_lesson.attention import MultiHeadAttention  # noqa: E402
 from tfm_lesson.interop import to_torch  # noqa: E402
 from tfm_lesson.masks import padding_mask  # noqa: E402
@@ -106,18 +106,9 @@ def machine_info(device: torch.device) -> dict:
 
 
 def matmul_peak(device: torch.device, size: int = 2048, repeats: int = 5) -> float:
-    """Best float32 FLOP/s of a ``size x size`` matmul on ``device`` (2 size^3 FLOPs per product)."""
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    a @ b
-    best = math.inf
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best
+    """Best float32 FLOP/s of a ``size x size`` matmul on ``device`` (2 size^3 FLOPs per product): the package's
+    :func:`tfm_lesson.train.cost.matmul_peak`, the one measurement of the peak (chapter 19's MFU uses it too)."""
+    return cost.matmul_peak(device, size, repeats)
 
 
 def _autocast(device: torch.device, amp: bool):
@@ -210,12 +201,7 @@ def training_flops(config: TransformerConfig, batch: int, src_len: int, tgt_len:
     - the generator: ``T d V``.
     Embedding look-ups, layer norms, softmax and the optimiser are not matmuls and are not counted.
     """
-    d, f = config.d_model, config.d_ff
-    S, T = src_len, tgt_len
-    enc = config.num_encoder_layers * (S * (4 * d * d + 2 * d * f) + 2 * S * S * d)
-    dec = config.num_decoder_layers * (T * (6 * d * d + 2 * d * f) + S * 2 * d * d + 2 * T * T * d + 2 * T * S * d)
-    gen = T * d * config.tgt_vocab_size
-    return 3 * 2 * batch * (enc + dec + gen)
+    return batch * cost.transformer_flops(config, src_len, tgt_len)  # the formula lives in tfm_lesson.train.cost
 
 
 class TorchTransformer(nn.Module):

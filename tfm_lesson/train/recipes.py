@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 
-__all__ = ["RECIPES", "recipe"]
+__all__ = ["RECIPES", "recipe", "LM_RECIPE", "SCALING"]
 
 _TOY_MODEL = dict(d_model=64, heads=4, num_layers=2, d_ff=128, dropout=0.0)
 _TOY_TRAIN = dict(steps=600, batch_size=128, warmup=100, peak_lr=3e-3)
@@ -36,6 +36,21 @@ RECIPES: dict[str, dict] = {
                                       max_len=64),
                train=dict(steps=1000, batch_size=32, peak_lr=3e-3), beam=None),
 }
+
+
+# chapter 19: the language-model recipe (AdamW with parameter groups, warm-up + cosine, clipping), the numbers of
+# tfm_lesson.train.lm_recipe's defaults, and the scaling sweep of tfm_lesson.train.scaling (python -m tfm_lesson.train.scaling)
+LM_RECIPE: dict = dict(peak_lr=6e-3, warmup=0.05, final_fraction=0.1, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8,
+                       clip=1.0)
+SCALING: dict = dict(
+    chapter=19, vocab_size=512, max_len=64, batch_size=16, d_head=16, ff_mult=4, eval_tokens=32_768, seed=0,
+    # (d_model, num_layers), smallest to largest; the non-embedding parameters span 240x
+    shapes=[(16, 1), (16, 2), (32, 1), (32, 2), (48, 2), (64, 2), (64, 3), (96, 3), (128, 4)],
+    # training FLOPs of each isoFLOP curve, and the first shape tried at each (five in a row, widened while the
+    # best is at an edge)
+    budgets=[6e10, 2e11, 6e11], first_shape=[0, 1, 2], shapes_per_budget=5,
+    check_budget=2e12,  # the budget whose loss the fit predicts, then trains to check
+)
 
 
 def recipe(task: str) -> dict:
