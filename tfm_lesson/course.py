@@ -30,6 +30,7 @@ from .cells import (_LEGACY_TEMPLATES, _SETUP_TEMPLATE, SOLUTION_TAG, STUDENT_ST
 from .cells import is_solution as _is_solution
 from .cells import is_stub as _is_stub
 from .cells import tags as _tags
+from .solution_form import fold_cell, is_folded, strip_title, unfold  # noqa: F401  (is_folded: part of this module's API)
 
 # The one setting for where the course lives: the set-up cell's install, every Colab link and chapter badge,
 # README's badges and the book's launch buttons (book/_config.yml) are all made from it by
@@ -87,7 +88,7 @@ _CLEARED_KEY = "tfm_lesson_student_cleared"
 # The tag of a cell in which `restore` keeps what a learner wrote in a solution stub.
 KEPT_TAG = "learner-answer"
 KEPT_HEADER = ("# Your code from the \"your turn\" cell, kept by `restore`. The reference solution is in the next cell\n"
-               "# (folded: click its left bar to open it).\n")
+               "# (folded: in JupyterLab click the bar at its left, in Colab click \"Show code\" under its title).\n")
 
 
 
@@ -160,7 +161,12 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         strip_widget_views(nb)  # stored chapters show the explorers' static pictures; running a cell brings them back
-        fold_solutions(nb)
+        old = copy.deepcopy(nb)
+        if fold_solutions(nb):
+            try:
+                _sync_script(path, old, nb)  # a new solution's #@title line goes into the .py too
+            except CourseError as exc:
+                print(f"warning: {exc}", file=sys.stderr)
         write_notebook(nb, path)
         print(f"{path}: {time.perf_counter() - start:.1f} s", flush=True)
 
@@ -196,34 +202,25 @@ def _clear_outputs(cell: Any) -> None:
 
 # folding -------------------------------------------------------------------------------------------------------------
 def fold_solutions(nb: Any) -> int:
-    """Fold every ``solution`` cell: set ``metadata.jupyter.source_hidden`` (nbformat's standard key, which
-    JupyterLab 4 and Notebook 7 honour: the cell shows as a collapsed bar until clicked). Outputs stay visible.
-
-    Changes metadata only; idempotent. Returns how many cells it folded.
+    """Fold every ``solution`` cell in JupyterLab 4 / Notebook 7 (``metadata.jupyter.source_hidden``: a collapsed
+    bar until clicked) and in Colab (a form: ``cellView: form`` under a ``#@title`` line, see
+    :mod:`tfm_lesson.solution_form`). Outputs stay visible. Idempotent. Returns how many cells it changed.
     """
-    changed = 0
-    for cell in nb["cells"]:
-        if _is_solution(cell) and not _is_stub(cell):
-            jupyter = cell.setdefault("metadata", {}).setdefault("jupyter", {})
-            if jupyter.get("source_hidden") is not True:
-                jupyter["source_hidden"] = True
-                changed += 1
-    return changed
-
-
-def is_folded(cell: Any) -> bool:
-    return cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True
+    return sum(fold_cell(cell) for cell in nb["cells"])
 
 
 def fold_files(paths: list[Path]) -> int:
-    """Fold the solution cells of each notebook in place (only those that changed are written)."""
+    """Fold the solution cells of each notebook in place, and carry the ``#@title`` lines into its paired ``.py``
+    (only the files that changed are written)."""
     import nbformat
 
     total = 0
     for path in paths:
         nb = nbformat.read(path, as_version=4)
+        old = copy.deepcopy(nb)
         changed = fold_solutions(nb)
         if changed:
+            _sync_script(path, old, nb)
             write_notebook(nb, path)
         total += changed
         print(f"{path}: {changed} solution cell(s) folded", flush=True)
@@ -246,13 +243,9 @@ def student_copy(nb: Any) -> Any:
     for i, cell in enumerate(cells):
         if not _is_solution(cell):
             continue
+        unfold(cell)  # the stub is for the learner to read: never folded, in JupyterLab or Colab
         cell["source"] = STUDENT_STUB
         _clear_outputs(cell)
-        jupyter = cell.get("metadata", {}).get("jupyter")
-        if jupyter is not None:  # the stub is for the learner to read: never folded
-            jupyter.pop("source_hidden", None)
-            if not jupyter:
-                del cell["metadata"]["jupyter"]
         if i + 1 < len(cells) and cells[i + 1].get("cell_type") == "code" and not _is_solution(cells[i + 1]):
             check = cells[i + 1]
             _clear_outputs(check)
@@ -275,7 +268,7 @@ def copy_chapter_answers(chapter: Any) -> Any:
     out = student_copy(chapter)
     for ex in exercises(chapter):
         if ex.answer_index is not None:
-            out["cells"][ex.answer_index]["source"] = copy.deepcopy(chapter["cells"][ex.solution_index]["source"])
+            out["cells"][ex.answer_index]["source"] = strip_title(chapter["cells"][ex.solution_index]["source"])
     return out
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from ._io import atomic_open
 from .cells import CourseError, write_notebook
 from .grading import Exercise, exercises
+from .solution_form import unfold
 
 __all__ = ["OtterCellTimeLimit", "export", "nbgrader_notebook", "otter_notebook"]
 
@@ -76,6 +77,7 @@ def _clean(cell: Any) -> Any:
         else:
             cell.get("metadata", {}).pop("tags", None)
         cell.get("metadata", {}).pop("jupyter", None)
+        unfold(cell)  # no Colab form either (cellView, #@title): the tools mark solutions their own way
     return cell
 
 
