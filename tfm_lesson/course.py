@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
+import json
 import os
 import re
 import sys
@@ -67,9 +68,23 @@ INSTALL_SOURCE = install_source()
 
 
 
+def install_sources(repository: str = REPOSITORY, ref: str = REF) -> list[str]:
+    """What the set-up cell installs, first that works: the release ``tfm-lesson==X.Y.Z`` from PyPI (fast, no git;
+    only for the course's own repository at a tag ``vX.Y.Z``), then ``ref`` of ``repository`` on GitHub."""
+    release = re.fullmatch(r"v(\d+(?:\.\d+)*)", ref)
+    pypi = [f"tfm-lesson=={release.group(1)}"] if release and repository == REPOSITORY else []
+    return [*pypi, install_source(repository, ref)]
+
+
+def release_page(repository: str = REPOSITORY, ref: str = REF) -> str:
+    """Where the release's wheel can be downloaded (the release workflow attaches it there)."""
+    return f"https://github.com/{repository}/releases/tag/{ref}"
+
+
 def setup_cell(repository: str = REPOSITORY, ref: str = REF) -> str:
     """The set-up cell every chapter starts with, installing from ``repository`` at ``ref``."""
-    return _SETUP_TEMPLATE.format(source=install_source(repository, ref))
+    return _SETUP_TEMPLATE.format(sources=json.dumps(install_sources(repository, ref)),
+                                  release=release_page(repository, ref))
 
 
 SETUP_CELL = setup_cell()
