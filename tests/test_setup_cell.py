@@ -12,8 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -21,6 +19,7 @@ import pytest
 from tfm_lesson import course
 
 from conftest import ROOT
+from fresh_env import fresh_venv, kernel_spec
 
 pytestmark = pytest.mark.slow
 UNREACHABLE = "tfm-lesson @ http://127.0.0.1:9/tfm_lesson-0.1.0-py3-none-any.whl"  # port 9 (discard): refused
@@ -30,27 +29,11 @@ UNREACHABLE = "tfm-lesson @ http://127.0.0.1:9/tfm_lesson-0.1.0-py3-none-any.whl
 def kernel_env(tmp_path_factory):
     """A fresh venv whose kernel sees this environment's packages except tfm_lesson; its kernel spec; a folder."""
     base = tmp_path_factory.mktemp("setup-cell")
-    python_base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([python_base, "-m", "venv", str(base / "venv")], check=True, timeout=300)
-    python = base / "venv" / "bin" / "python"
-    shared = base / "shared"
-    shared.mkdir()
-    here = Path(sysconfig.get_paths()["purelib"])
-    for entry in here.iterdir():  # everything but tfm_lesson (an editable install here) and .pth files
-        if "tfm_lesson" in entry.name or "tfm-lesson" in entry.name or entry.suffix == ".pth":
-            continue
-        (shared / entry.name).symlink_to(entry)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (Path(site) / "_shared.pth").write_text(f"{shared}\n")
-    kernels = base / "share" / "jupyter" / "kernels" / "fresh"
-    kernels.mkdir(parents=True)
-    (kernels / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "fresh Python without tfm_lesson", "language": "python"}))
+    python, site = fresh_venv(base)
+    jupyter = kernel_spec(base, python, "fresh")
     work = base / "work"
     work.mkdir()
-    return {"python": python, "jupyter": base / "share" / "jupyter", "work": work, "site": site, "base": base}
+    return {"python": python, "jupyter": jupyter, "work": work, "site": site, "base": base}
 
 
 def _run(env: dict, cells: list[str], allow_errors: bool, **extra: str) -> nbformat.NotebookNode:

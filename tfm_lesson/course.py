@@ -31,6 +31,7 @@ from .cells import (_LEGACY_TEMPLATES, _SETUP_TEMPLATE, SOLUTION_TAG, STUDENT_ST
 from .cells import is_solution as _is_solution
 from .cells import is_stub as _is_stub
 from .cells import tags as _tags
+from .student_links import refuse_chapter_links, student_folder
 from .solution_form import fold_cell, is_folded, strip_title, unfold  # noqa: F401  (is_folded: part of this module's API)
 
 # The one setting for where the course lives: the set-up cell's install, every Colab link and chapter badge,
@@ -110,24 +111,25 @@ KEPT_HEADER = ("# Your code from the \"your turn\" cell, kept by `restore`. The 
 
 
 
-def colab_url(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF) -> str:
-    """The "Open in Colab" address of a chapter, e.g. ``notebooks/01_attention.ipynb``."""
-    return f"https://colab.research.google.com/github/{repository}/blob/{ref}/notebooks/{Path(notebook).name}"
+def colab_url(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF, folder: str = "notebooks") -> str:
+    """The "Open in Colab" address of a chapter, e.g. ``notebooks/01_attention.ipynb`` (``folder``: where it is
+    published, ``student`` for the student copies)."""
+    return f"https://colab.research.google.com/github/{repository}/blob/{ref}/{folder}/{Path(notebook).name}"
 
 
-def colab_badge(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF) -> str:
+def colab_badge(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF, folder: str = "notebooks") -> str:
     """The "Open in Colab" badge of a chapter, as Markdown (an image that links to :func:`colab_url`)."""
-    return f"[![Open In Colab]({COLAB_BADGE_SVG})]({colab_url(notebook, repository, ref)})"
+    return f"[![Open In Colab]({COLAB_BADGE_SVG})]({colab_url(notebook, repository, ref, folder)})"
 
 
 _ANY_BADGE = re.compile(r"\[!\[Open In Colab\]\(" + re.escape(COLAB_BADGE_SVG) + r"\)\]\([^)\s]*\)")
 _TITLE = re.compile(r"^# \d\d · ")
 
 
-def set_badge(nb: Any, name: str, repository: str = REPOSITORY, ref: str = REF) -> bool:
+def set_badge(nb: Any, name: str, repository: str = REPOSITORY, ref: str = REF, folder: str = "notebooks") -> bool:
     """Put the chapter's badge on the line under its ``# NN · Title`` heading (replacing any other badge);
     True when the notebook changed. A notebook without such a heading is left alone."""
-    badge = colab_badge(name, repository, ref)
+    badge = colab_badge(name, repository, ref, folder)
     for cell in nb["cells"]:
         if cell.get("cell_type") != "markdown":
             continue
@@ -324,8 +326,12 @@ def restore(student: Any, original: Any) -> Any:
             raise _mismatch(i, cell, orig, "one notebook has more cells")
         if cell.get("cell_type") != orig.get("cell_type"):
             raise _mismatch(i, cell, orig, "different kinds of cell")
-        if orig.get("cell_type") != "code" and cell.get("source", "").strip() != orig.get("source", "").strip():
-            raise _mismatch(i, cell, orig, "different text")
+        if orig.get("cell_type") != "code":  # the same text; the badge may open the student copy instead
+            if _ANY_BADGE.sub("", cell.get("source", "")).strip() != _ANY_BADGE.sub("", orig.get("source", "")).strip():
+                raise _mismatch(i, cell, orig, "different text")
+            cell["source"] = orig.get("source", "")
+        elif is_setup_cell(cell.get("source", "")) and is_setup_cell(orig.get("source", "")):
+            cell["source"] = orig.get("source", "")  # the chapter's own (a copy's may install another release)
         if _is_solution(cell) != _is_solution(orig):
             raise _mismatch(i, cell, orig, "a solution cell in one notebook only")
         meta = cell.get("metadata", {})
@@ -394,8 +400,10 @@ def write_student_copies(paths: list[Path], out_dir: Path, force: bool = False, 
                          ref: str | None = None) -> list[Path]:
     """Write a student copy of each chapter into ``out_dir`` (same file names); return their paths.
 
-    ``repository`` / ``ref`` (e.g. an instructor's fork and tag): the copies' badges and set-up cells point there
-    instead of at :data:`REPOSITORY` / :data:`REF`.
+    Each copy's Colab badge opens the published student copy, ``<out_dir's name>/<chapter>`` at the release (e.g.
+    ``student/03_….ipynb``), never the chapter with solutions; its set-up cell installs the same release.
+    ``repository`` / ``ref`` (e.g. an instructor's fork and tag): badges and set-up cells point there instead of at
+    :data:`REPOSITORY` / :data:`REF`.
 
     Refuses (:class:`CourseError`, nothing written) when a copy would land on a chapter (the same folder or
     file, through a symlink, or by a name differing only in case), on any notebook that holds solutions, or,
@@ -415,8 +423,10 @@ def write_student_copies(paths: list[Path], out_dir: Path, force: bool = False, 
             raise CourseError(f"{target} is the chapter {clash} itself (the same file): refusing to overwrite it.")
         nb = nbformat.read(path, as_version=4)
         fresh = student_copy(nb)
-        if repository is not None or ref is not None:
-            retarget(fresh, path.name, repository or REPOSITORY, ref or REF)
+        # its set-up cell installs the release; its badge opens the published copy (OUT's name at the release)
+        retarget(fresh, path.name, repository or REPOSITORY, ref or REF)
+        set_badge(fresh, path.name, repository or REPOSITORY, ref or REF, folder=student_folder(out_dir))
+        refuse_chapter_links(fresh, f"the student copy of {path}")
         if target.exists():
             if _is_chapter(target):
                 raise CourseError(f"{target} holds solutions (it is a chapter, not a student copy): "
