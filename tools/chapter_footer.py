@@ -24,6 +24,7 @@ if str(ROOT) not in sys.path:
 from tfm_lesson.course import REF, REPOSITORY, chapters, paired_script  # noqa: E402
 
 HEADING = "## Licence and how to cite"
+FOOTER_ID = "licence-and-citation"  # the cell's nbformat id
 TITLE = 'tfm_lesson: the Transformer of "Attention Is All You Need", built step by step in PyTorch'
 YEAR = 2026  # of the first release; CITATION.cff has the same
 _CHAPTER_TITLE = re.compile(r"^# (\d\d) · (.+)$", re.M)
@@ -66,7 +67,10 @@ def set_footer(nb: Any, repository: str = REPOSITORY, ref: str = REF) -> bool:
             return False
         cells[-1]["source"] = text
         return True
-    cells.append(nbformat.v4.new_markdown_cell(text))
+    cell = nbformat.v4.new_markdown_cell(text)
+    if "id" in cell and not any(c.get("id") == FOOTER_ID for c in cells):
+        cell["id"] = FOOTER_ID  # the same in every run of the command
+    cells.append(cell)
     return True
 
 
