@@ -91,8 +91,8 @@ def nbgrader_notebook(chapter: Any) -> Any:
     for i, cell in enumerate(chapter["cells"]):
         kind, ex = by_cell.get(i, (None, None))
         if kind == "solution":
-            source = f"### BEGIN SOLUTION\n{cell['source'].rstrip()}\n### END SOLUTION\n"
             answer = _meta(_clean(cell), grade=False, grade_id=f"ex{ex.number}-answer", locked=False, solution=True)
+            source = f"### BEGIN SOLUTION\n{answer['source'].rstrip()}\n### END SOLUTION\n"
             answer["source"] = source
             cells.append(answer)
         elif kind == "check":
