@@ -324,3 +324,10 @@ def test_a_chapter_in_the_colab_like_environment(colab_env, path):
     at_end = (workdir / "AT_END.txt").read_text() if (workdir / "AT_END.txt").exists() else "(never ran)"
     assert at_start == f"AT START {pinned}" and at_end.startswith(f"AT END {pinned} {pinned} "), (at_start, at_end)
     assert str(Path(COLAB_PYTHON).parent.parent) in at_end, f"tfm_lesson came from elsewhere: {at_end}"
+
+
+def test_no_chapter_uses_autoreload():
+    """Colab's IPython 7.34 imports the module `imp` for %autoreload, and Python 3.13 (Colab's) has no `imp`."""
+    used = [path.name for path in ALL_CHAPTERS for c in nbformat.read(path, as_version=4).cells
+            if c.cell_type == "code" and "autoreload" in c.source]
+    assert not used, f"%autoreload fails on Colab (IPython 7.34 on Python 3.13): {used}"
