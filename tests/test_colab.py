@@ -331,3 +331,29 @@ def test_no_chapter_uses_autoreload():
     used = [path.name for path in ALL_CHAPTERS for c in nbformat.read(path, as_version=4).cells
             if c.cell_type == "code" and "autoreload" in c.source]
     assert not used, f"%autoreload fails on Colab (IPython 7.34 on Python 3.13): {used}"
+
+
+@pytest.mark.slow
+def test_the_setup_cell_fails_clearly_in_the_colab_like_environment(colab_env):
+    """Colab's kernel side (IPython 7.34.0, ipykernel 6.17.1, Python 3.13): with an unreachable source the set-up
+    cell stops "Run all" with its one message, and a later `import tfm_lesson` says one line, no traceback."""
+    from nbclient import NotebookClient
+
+    subprocess.run([COLAB_PYTHON, "-m", "pip", "uninstall", "-q", "-y", "tfm-lesson"], capture_output=True,
+                   timeout=300)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (
+        course.SETUP_CELL, "import tfm_lesson as T", "import IPython, traitlets\n"
+        "print('KERNEL', IPython.__version__, traitlets.__version__)")])
+    env = {"JUPYTER_PATH": str(colab_env["jupyter"]), "PIP_RETRIES": "0",
+           "TFM_LESSON_SOURCE": "tfm-lesson @ http://127.0.0.1:9/tfm_lesson-0.1.0-py3-none-any.whl"}
+    with _environ(env, drop=("PYTHONPATH",)):
+        NotebookClient(nb, timeout=600, kernel_name="colab", allow_errors=True, iopub_timeout=60,
+                       resources={"metadata": {"path": str(colab_env["workdir"])}}).execute()
+    setup, later, versions = ([o for o in c.outputs if o.output_type == "error"] for c in nb.cells)
+    assert [e.ename for e in setup] == ["SetupFailed"] and "Two ways out" in "\n".join(setup[0].traceback)
+    assert "Traceback" not in "\n".join(setup[0].traceback)
+    assert [e.traceback for e in later] == [["tfm_lesson is not installed: the set-up cell (the first code cell) "
+                                             "says why."]]
+    printed = "".join(o.get("text", "") for o in nb.cells[2].outputs)
+    pins = colab_versions()
+    assert not versions and f"KERNEL {pins['ipython']} {pins['traitlets']}" in printed, printed
