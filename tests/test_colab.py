@@ -313,7 +313,8 @@ def test_a_chapter_in_the_colab_like_environment(colab_env, path):
     assert "tfm-lesson" in after
     unexpected = set(after) - set(before) - _course_new_dependencies(COLAB_PYTHON, set(before))
     assert not unexpected, (f"{path.name}: the set-up cell added packages that are not the course's own new "
-                            f"dependencies (the environment lacks what a package it has requires): {sorted(unexpected)}")
+                            "dependencies (the environment lacks what a package it has requires): "
+                            f"{sorted(unexpected)}")
     errors = [(c.source[:60], o.get("ename"), o.get("evalue")) for c in nb.cells if c.cell_type == "code"
               for o in c.outputs if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])]
     assert not errors, f"{path.name}: {errors}"

@@ -3,6 +3,7 @@ chapter's licence-and-citation cell agree; the workflows pass actionlint; a whee
 passes ``twine check``, holds every file of the package and installs and imports in a clean environment."""
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 import shutil
@@ -128,12 +129,8 @@ def test_every_chapter_ends_with_its_licence_and_how_to_cite_it(path):
 # ---- the package as a learner gets it ------------------------------------------------------------------------------
 def _build_tools(base: Path) -> Path:
     """A python with `build` and `twine`: this one, or a venv where pip installs them (skip when it cannot)."""
-    try:
-        import build  # noqa: F401
-        import twine  # noqa: F401
+    if importlib.util.find_spec("build") and importlib.util.find_spec("twine"):
         return Path(sys.executable)
-    except ImportError:
-        pass
     subprocess.run([sys.executable, "-m", "venv", str(base / "tools")], check=True, timeout=300)
     python = base / "tools" / "bin" / "python"
     done = subprocess.run([str(python), "-m", "pip", "install", "-q", "build", "twine"], capture_output=True,

@@ -32,7 +32,7 @@ from .cells import is_solution as _is_solution
 from .cells import is_stub as _is_stub
 from .cells import tags as _tags
 from .student_links import refuse_chapter_links, student_folder
-from .solution_form import fold_cell, is_folded, strip_title, unfold  # noqa: F401  (is_folded: part of this module's API)
+from .solution_form import fold_cell, is_folded, strip_title, unfold  # noqa: F401  (is_folded: course's API)
 
 # The one setting for where the course lives: the set-up cell's install, every Colab link and chapter badge,
 # README's badges and the book's launch buttons (book/_config.yml) are all made from it by
