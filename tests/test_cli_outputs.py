@@ -13,7 +13,7 @@ import pytest
 
 import tfm_lesson
 from conftest import call_main
-from tfm_lesson.train.cli import ablation, cli as train, reference, scaling
+from tfm_lesson.train import ablation, cli as train, reference, scaling
 from tfm_lesson._io import inside_package
 
 PACKAGE = Path(tfm_lesson.__file__).resolve().parent

@@ -92,19 +92,22 @@ def test_the_setup_cell_never_upgrades():
     assert '"install"' in cell and "TFM_LESSON_SOURCE" in cell
 
 
-def _requires(name: str, seen: set[str]) -> None:
-    """``name`` and everything it requires (markers of this Python honoured, extras skipped), into ``seen``."""
+def _requires(name: str, seen: set[str], extras: tuple[str, ...] = (), visited: set | None = None) -> None:
+    """``name`` and everything it requires (markers of this Python and the extras asked for honoured), into
+    ``seen``: torch asks for ``cuda-toolkit[cublas, ...]``, whose extras bring the NVIDIA libraries."""
+    visited = set() if visited is None else visited
     key = re.sub(r"[-_.]+", "-", name).lower()
-    if key in seen:
+    if (key, extras) in visited:
         return
+    visited.add((key, extras))
     seen.add(key)
     from packaging.requirements import Requirement
 
     for line in metadata.requires(name) or []:
         req = Requirement(line)
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
             try:
-                _requires(req.name, seen)
+                _requires(req.name, seen, tuple(sorted(req.extras)), visited)
             except metadata.PackageNotFoundError:
                 pass
 
@@ -200,6 +203,44 @@ def _freeze(python: str) -> dict[str, str]:
     return {re.sub(r"[-_.]+", "-", p["name"]).lower(): p["version"] for p in json.loads(done.stdout)}
 
 
+_NEW_DEPENDENCIES = """
+import json, sys
+from importlib import metadata
+sys.path.insert(0, sys.argv[1])
+from colab_env import new_dependencies
+requires = {d.metadata["Name"]: d.requires or [] for d in metadata.distributions()}
+print(json.dumps(sorted(new_dependencies(requires, "tfm-lesson", set(json.loads(sys.argv[2]))))))
+"""
+
+
+def _course_new_dependencies(python: str, before: set[str]) -> set[str]:
+    """What installing tfm_lesson may add to ``python``'s environment that held ``before`` (markers evaluated
+    there): tools/colab_env.py's ``new_dependencies``."""
+    done = subprocess.run([python, "-c", _NEW_DEPENDENCIES, str(ROOT / "tools"), json.dumps(sorted(before))],
+                          capture_output=True, text=True, check=True, timeout=300)
+    return set(json.loads(done.stdout))
+
+
+def test_what_the_set_up_cell_may_add_is_the_courses_new_dependencies():
+    """The rule the Colab-like test holds the set-up cell to, on a made-up environment: torch there, but without
+    the NVIDIA libraries its cuda-toolkit extra asks for (a torch borrowed without its extras)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from colab_env import new_dependencies
+
+    requires = {"tfm-lesson": ["torch>=2.5", "numpy>=1.24", "sacrebleu>=2.3", "num2words>=0.5.12"],
+                "torch": ['cuda-toolkit[cublas]==13.0; platform_system == "Linux"', "numpy"],
+                "cuda-toolkit": ['nvidia-cublas==13.0; extra == "cublas"'], "nvidia-cublas": [],
+                "sacrebleu": ["portalocker", "numpy", "colorama; extra == 'ja'"], "portalocker": [],
+                "num2words": ["docopt>=0.6.2"], "docopt": [], "numpy": []}
+    before = {"torch", "numpy"}
+    assert new_dependencies(requires, "tfm-lesson", before) == {"tfm-lesson", "sacrebleu", "portalocker",
+                                                               "num2words", "docopt"}
+    added = {"tfm-lesson", "sacrebleu", "portalocker", "num2words", "docopt", "cuda-toolkit", "nvidia-cublas"}
+    assert added - new_dependencies(requires, "tfm-lesson", before) == {"cuda-toolkit", "nvidia-cublas"}
+    # a package the course needs that is new is followed through its own extras
+    assert "nvidia-cublas" in new_dependencies(requires, "tfm-lesson", {"numpy"})
+
+
 @pytest.fixture(scope="module")
 def colab_env(tmp_path_factory):
     """The Colab-like environment of TFM_COLAB_PYTHON (made by .ci/run), a kernel in it, and a wheel of this
@@ -270,6 +311,10 @@ def test_a_chapter_in_the_colab_like_environment(colab_env, path):
     changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
     assert not changed, f"{path.name}: the set-up cell changed packages Colab has: {changed}"
     assert "tfm-lesson" in after
+    unexpected = set(after) - set(before) - _course_new_dependencies(COLAB_PYTHON, set(before))
+    assert not unexpected, (f"{path.name}: the set-up cell added packages that are not the course's own new "
+                            "dependencies (the environment lacks what a package it has requires): "
+                            f"{sorted(unexpected)}")
     errors = [(c.source[:60], o.get("ename"), o.get("evalue")) for c in nb.cells if c.cell_type == "code"
               for o in c.outputs if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])]
     assert not errors, f"{path.name}: {errors}"
@@ -280,3 +325,36 @@ def test_a_chapter_in_the_colab_like_environment(colab_env, path):
     at_end = (workdir / "AT_END.txt").read_text() if (workdir / "AT_END.txt").exists() else "(never ran)"
     assert at_start == f"AT START {pinned}" and at_end.startswith(f"AT END {pinned} {pinned} "), (at_start, at_end)
     assert str(Path(COLAB_PYTHON).parent.parent) in at_end, f"tfm_lesson came from elsewhere: {at_end}"
+
+
+def test_no_chapter_uses_autoreload():
+    """Colab's IPython 7.34 imports the module `imp` for %autoreload, and Python 3.13 (Colab's) has no `imp`."""
+    used = [path.name for path in ALL_CHAPTERS for c in nbformat.read(path, as_version=4).cells
+            if c.cell_type == "code" and "autoreload" in c.source]
+    assert not used, f"%autoreload fails on Colab (IPython 7.34 on Python 3.13): {used}"
+
+
+@pytest.mark.slow
+def test_the_setup_cell_fails_clearly_in_the_colab_like_environment(colab_env):
+    """Colab's kernel side (IPython 7.34.0, ipykernel 6.17.1, Python 3.13): with an unreachable source the set-up
+    cell stops "Run all" with its one message, and a later `import tfm_lesson` says one line, no traceback."""
+    from nbclient import NotebookClient
+
+    subprocess.run([COLAB_PYTHON, "-m", "pip", "uninstall", "-q", "-y", "tfm-lesson"], capture_output=True,
+                   timeout=300)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in (
+        course.SETUP_CELL, "import tfm_lesson as T", "import IPython, traitlets\n"
+        "print('KERNEL', IPython.__version__, traitlets.__version__)")])
+    env = {"JUPYTER_PATH": str(colab_env["jupyter"]), "PIP_RETRIES": "0",
+           "TFM_LESSON_SOURCE": "tfm-lesson @ http://127.0.0.1:9/tfm_lesson-0.1.0-py3-none-any.whl"}
+    with _environ(env, drop=("PYTHONPATH",)):
+        NotebookClient(nb, timeout=600, kernel_name="colab", allow_errors=True, iopub_timeout=60,
+                       resources={"metadata": {"path": str(colab_env["workdir"])}}).execute()
+    setup, later, versions = ([o for o in c.outputs if o.output_type == "error"] for c in nb.cells)
+    assert [e.ename for e in setup] == ["SetupFailed"] and "Two ways out" in "\n".join(setup[0].traceback)
+    assert "Traceback" not in "\n".join(setup[0].traceback)
+    assert [e.traceback for e in later] == [["tfm_lesson is not installed: the set-up cell (the first code cell) "
+                                             "says why."]]
+    printed = "".join(o.get("text", "") for o in nb.cells[2].outputs)
+    pins = colab_versions()
+    assert not versions and f"KERNEL {pins['ipython']} {pins['traitlets']}" in printed, printed

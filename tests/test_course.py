@@ -4,10 +4,12 @@ from __future__ import annotations
 import os
 import shutil
 
+import jupytext
 import nbformat
 import pytest
 
 from tfm_lesson import course
+from tfm_lesson.course.solution_form import SOLUTION_TITLE, fold_cell, is_form, strip_title
 
 from conftest import ROOT
 
@@ -196,23 +198,41 @@ def test_a_failed_write_leaves_the_old_file(tree, monkeypatch):
 def test_fold_folds_solutions_only_and_is_idempotent(tree, capsys):
     path = _chapter(tree)
     nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
+    for cell in nb.cells:  # as chapters were before folding, and before Colab forms
         cell.metadata.pop("jupyter", None)
+        if course._is_solution(cell):
+            cell.metadata.pop("cellView", None)
+            cell.source = strip_title(cell.source)
     nbformat.write(nb, path)
+    script = course.paired_script(path)
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(jupytext.writes(nb, fmt="py:percent"))
     assert course.main(["fold", str(path)]) == 0
     folded = nbformat.read(path, as_version=4)
     solutions = [c for c in folded.cells if course._is_solution(c)]
-    assert solutions and all(course.is_folded(c) for c in solutions)
-    assert not any(course.is_folded(c) for c in folded.cells if not course._is_solution(c))
-    for a, b in zip(nb.cells, folded.cells):  # metadata only
-        assert (a.source, a.get("outputs")) == (b.source, b.get("outputs"))
-    first = path.read_bytes()
+    assert solutions and all(course.is_folded(c) and is_form(c) for c in solutions)
+    assert not any(course.is_folded(c) or c.metadata.get("cellView") for c in folded.cells
+                   if not course._is_solution(c))
+    for a, b in zip(nb.cells, folded.cells):  # the code and outputs stay; a solution gains its title line only
+        want = f"{SOLUTION_TITLE}\n{a.source}" if course._is_solution(a) else a.source
+        assert (want, a.get("outputs")) == (b.source, b.get("outputs"))
+    assert [c.source.strip() for c in jupytext.read(script).cells] == [c.source.strip() for c in folded.cells]
+    first, first_script = path.read_bytes(), script.read_bytes()
     assert course.main(["fold", str(path)]) == 0
-    assert path.read_bytes() == first and "0 solution cell(s) folded" in capsys.readouterr().out
-    # a student's stub is never folded; restore folds the solution again
+    assert path.read_bytes() == first and script.read_bytes() == first_script
+    assert "0 solution cell(s) folded" in capsys.readouterr().out
+    # a student's stub is folded in no front end; restore folds the solution again
     student = course.student_copy(folded)
-    assert not any(course.is_folded(c) for c in student.cells)
+    assert not any(course.is_folded(c) or "cellView" in c.metadata or "@title" in c.source for c in student.cells)
     assert course.restore(student, folded) == folded
+
+
+def test_fold_replaces_a_title_of_another_wording():
+    cell = nbformat.v4.new_code_cell("#@title Solution\nx = 1", metadata={"tags": ["solution"]})
+    assert fold_cell(cell) and cell.source == f"{SOLUTION_TITLE}\nx = 1" and is_form(cell)
+    assert not fold_cell(cell)
+    plain = nbformat.v4.new_code_cell("x = 1")
+    assert not fold_cell(plain) and plain.metadata == {} and plain.source == "x = 1"
 
 
 def test_setup_cell_update_keeps_the_pair_in_sync(tree, capsys):
@@ -249,17 +269,22 @@ def test_execute_folds_the_solutions_it_runs(tmp_path):
     nbformat.write(nb, path)
     course.execute([path], timeout=300)
     done = nbformat.read(path, as_version=4)
-    assert course.is_folded(done.cells[2]) and not course.is_folded(done.cells[1])
+    assert course.is_folded(done.cells[2]) and is_form(done.cells[2]) and not course.is_folded(done.cells[1])
     assert done.cells[3].outputs[0]["text"] == "3\n"
 
 
 @pytest.mark.parametrize("path", course.chapters(ROOT / "notebooks"), ids=lambda p: p.stem)
 def test_every_solution_cell_of_every_chapter_is_folded(path):
-    """JupyterLab and Notebook 7 show a folded solution as a bar: a learner must choose to look."""
+    """JupyterLab and Notebook 7 show a folded solution as a bar, Colab as a form's title: a learner must choose to
+    look, in either."""
     nb = nbformat.read(path, as_version=4)
     open_ = [i for i, c in enumerate(nb.cells) if course._is_solution(c) and not course.is_folded(c)]
-    assert not open_, (f"{path.name}: solution cells {open_} are not folded: "
-                       f"run `python -m tfm_lesson.course fold {path.relative_to(ROOT)}`")
+    no_form = [i for i, c in enumerate(nb.cells) if course._is_solution(c) and not is_form(c)]
+    assert not open_ and not no_form, (
+        f"{path.name}: solution cells {open_} are not folded in JupyterLab, {no_form} not in Colab: "
+        f"run `python -m tfm_lesson.course fold {path.relative_to(ROOT)}`")
+    stray = [i for i, c in enumerate(nb.cells) if not course._is_solution(c) and c.metadata.get("cellView")]
+    assert not stray, f"{path.name}: cells {stray} are Colab forms but no solution (their code is hidden in Colab)"
 
 
 @pytest.mark.parametrize("command, now", [("book", "build"), ("badges", "badges"), ("colab-links", "colab-links")])

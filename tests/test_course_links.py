@@ -135,12 +135,14 @@ def test_student_copies_for_a_fork(tmp_path, capsys):
                         "--ref", "class-2027"]) == 0
     nb = nbformat.read(out / CHAPTERS[1].name, as_version=4)
     assert _first_code(nb) == course.setup_cell("prof-x/tfm_lesson", "class-2027")
-    assert course.colab_badge(CHAPTERS[1].name, "prof-x/tfm_lesson", "class-2027") in _title_cell(nb)
+    assert course.colab_badge(CHAPTERS[1].name, "prof-x/tfm_lesson", "class-2027", folder="student") in _title_cell(nb)
     assert course.main(["student", str(CHAPTERS[1]), "--out", str(tmp_path / "bad"), "--repository",
                         "no-slash"]) == 1
     assert "--repository must be OWNER/NAME" in capsys.readouterr().err and not (tmp_path / "bad").exists()
-    plain = course.student_copy(nbformat.read(CHAPTERS[1], as_version=4))  # no flags: the course's own setting
+    assert course.main(["student", str(CHAPTERS[1]), "--out", str(tmp_path / "plain")]) == 0  # the course's own
+    plain = nbformat.read(tmp_path / "plain" / CHAPTERS[1].name, as_version=4)
     assert _first_code(plain) == course.SETUP_CELL
+    assert course.colab_badge(CHAPTERS[1].name, folder="plain") in _title_cell(plain)
 
 
 def test_the_book_shows_its_launch_button_not_the_badge():

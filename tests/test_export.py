@@ -96,6 +96,16 @@ def test_otter_format_cells():
     assert len(tests) == 3 and all("failure_message:" in t for t in tests)
 
 
+def test_exports_carry_no_fold_of_the_chapter():
+    """A solution is folded twice in the chapter (JupyterLab's source_hidden, Colab's form); each tool marks the
+    answer its own way, and a Colab form would hide the student's answer cell in Colab."""
+    chapter = nbformat.read(CHAPTER, as_version=4)
+    assert any(c.metadata.get("cellView") == "form" for c in chapter.cells), "chapter 03 is not folded"
+    for nb in (nbgrader_notebook(chapter), otter_notebook(chapter, "ch03")):
+        assert not any("cellView" in c.metadata or "jupyter" in c.metadata or "@title" in c.source
+                       for c in nb.cells)
+
+
 def _fill(nb, answers: dict[int, str], is_answer) -> nbformat.NotebookNode:
     """``nb`` with exercise n's answer cell (the n-th cell ``is_answer`` picks) replaced by ``answers[n]``."""
     out = copy.deepcopy(nb)

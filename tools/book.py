@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
 
 from tfm_lesson._io import atomic_open  # noqa: E402
 from tfm_lesson.course.cells import CourseError, is_setup_cell, is_solution, write_notebook  # noqa: E402
+from tfm_lesson.course.solution_form import strip_title  # noqa: E402
 from tfm_lesson.course import (_ANY_BADGE, COLAB_BADGE_SVG, REF, REPOSITORY, _sync_script, chapters,  # noqa: E402
                                check_location, colab_url, retarget)
 
@@ -49,6 +50,9 @@ def book_page(nb: Any) -> Any:
             cell["source"] = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
         if cell.get("cell_type") != "code":
             continue
+        if is_solution(cell):  # folded by the book's own toggle: not a Colab form, no #@title line
+            cell["source"] = strip_title(cell["source"])
+            cell.get("metadata", {}).pop("cellView", None)
         added = (["hide-input"] if is_solution(cell) else []) + (
             ["remove-cell"] if is_setup_cell(cell["source"]) else [])
         if added:

@@ -16,6 +16,7 @@ each chapter's set-up cell and the chapter in it (TFM_COLAB_PYTHON=ENV_DIR/bin/p
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -25,8 +26,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 VERSIONS = HERE / "colab_versions.txt"
 
-# Run by --torch-from's Python: torch and everything it requires (markers of that Python honoured), as the
-# top-level names of their files (packages, modules, .dist-info folders) in site-packages.
+# Run by --torch-from's Python: torch and everything it requires, the extras it asks for included (markers of that
+# Python honoured), as the top-level names of their files (packages, modules, .dist-info folders) in site-packages.
+# Without the extras, pip in the new environment would see torch's `cuda-toolkit[...]` unmet and download the NVIDIA
+# libraries again (959 MB) when the set-up cell installs tfm_lesson.
 _LIST_TORCH = r"""
 import re, sys
 from importlib import metadata
@@ -36,8 +39,8 @@ try:
 except ImportError:  # an environment with torch alone: pip's own copy
     from pip._vendor.packaging.requirements import Requirement
 seen, tops = set(), set()
-def walk(name):
-    key = re.sub(r"[-_.]+", "-", name).lower()
+def walk(name, extras=()):
+    key = (re.sub(r"[-_.]+", "-", name).lower(), tuple(sorted(extras)))
     if key in seen:
         return
     seen.add(key)
@@ -50,10 +53,10 @@ def walk(name):
         top = Path(str(f)).parts[0]
         if top not in ("..", "bin", "__pycache__") and not top.endswith(".pth") and (site / top).exists():
             tops.add(str(site / top))
-    for line in dist.requires or []:
+    for line in dist.requires or []:  # with the extras asked for: torch asks for cuda-toolkit[cublas,...]
         req = Requirement(line)
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
-            walk(req.name)
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            walk(req.name, req.extras)
 walk("torch")
 print("\n".join(sorted(tops)))
 """
@@ -68,6 +71,34 @@ def pins(path: Path = VERSIONS) -> dict[str, str]:
             name, version = line.split("==")
             out[name.strip()] = version.strip()
     return out
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def new_dependencies(requires: dict[str, list[str]], root: str, before: set[str]) -> set[str]:
+    """What installing ``root`` may add to an environment that held ``before``: ``root`` and, following only
+    packages that were not there, what they require (markers of this Python and the extras asked for honoured).
+    A requirement that was there is not followed: an environment like Colab's has what its packages require, so a
+    package the install adds below one of them (torch's NVIDIA libraries) is one the environment lacked.
+    ``requires``: each distribution's ``Requires-Dist`` lines after the install, by name (any spelling)."""
+    from packaging.requirements import Requirement
+
+    requires = {_key(k): v for k, v in requires.items()}
+    before = {_key(n) for n in before}
+    found: set[str] = set()
+    todo = [(_key(root), ())]
+    while todo:
+        name, extras = todo.pop()
+        if (name, extras) in found or name in before:
+            continue
+        found.add((name, extras))
+        for line in requires.get(name, []):
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+                todo.append((_key(req.name), tuple(sorted(req.extras))))
+    return {name for name, _ in found}
 
 
 def share_torch(env: Path, torch_python: str) -> str:

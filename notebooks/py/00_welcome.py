@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -jupyter
+#     cell_metadata_filter: -cellView,-jupyter
 #     formats: ipynb,py//py:percent
 #     text_representation:
 #       extension: .py
@@ -77,8 +77,9 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # **Running cells.** Run cells from top to bottom with <kbd>Shift</kbd>+<kbd>Enter</kbd>. A chapter is written
 # to be run in order: later cells use names defined earlier. If you get lost (or edit a cell and things stop
-# making sense), use *Kernel → Restart Kernel and Run All Cells*: that is exactly how the course is tested, so
-# it always works from a fresh start. (Run All also runs the solution cells under the exercises, so a checker
+# making sense), start again from a fresh kernel and run everything: *Kernel → Restart Kernel and Run All Cells*
+# in JupyterLab, *Runtime → Restart session and run all* in Colab. That is exactly how the course is tested, so
+# it always works from a fresh start. (Run all also runs the solution cells under the exercises, so a checker
 # then tests the reference solution, not your answer: to check your own code, run the cells one by one and skip
 # the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU.
 # Chapters 10 to 14, 16 and 17 train models and chapter 18 times attention; they take longer, up to about two
@@ -93,8 +94,12 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # 1. a text cell stating the task, with the shapes of the inputs and of what to return;
 # 2. a code cell with a *stub*: the function is already named and its body is `...`, your turn to fill it in;
-# 3. a cell marked **solution** with a reference answer — if you want to try first, skip it (instructors hand
-#    out copies without these cells), and note that running it *replaces* your function by the solution;
+# 3. a cell marked **solution** with a reference answer, folded so that you see it only when you choose to. In
+#    JupyterLab it shows as a thin bar with three dots: click the bar (or the blue line at the cell's left) to
+#    open it. In Colab it shows as a form titled "Reference solution — open it after your own attempt": click
+#    **Show code** under the title (or double-click the title) to open it. If you want to try first, skip it
+#    (instructors hand out copies without these cells), and note that running it *replaces* your function by
+#    the solution;
 # 4. a cell that calls a **checker** from `tfm_lesson.checks` on your function.
 #
 # A checker runs your code on random inputs — several shapes, with and without leading `(batch, heads)`

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
+import json
 import os
 import re
 import sys
@@ -30,6 +31,8 @@ from .cells import (_LEGACY_TEMPLATES, _SETUP_TEMPLATE, SOLUTION_TAG, STUDENT_ST
 from .cells import is_solution as _is_solution
 from .cells import is_stub as _is_stub
 from .cells import tags as _tags
+from .student_links import refuse_chapter_links, student_folder
+from .solution_form import fold_cell, is_folded, strip_title, unfold  # noqa: F401  (is_folded: course's API)
 
 # The one setting for where the course lives: the set-up cell's install, every Colab link and chapter badge,
 # README's badges and the book's launch buttons (book/_config.yml) are all made from it by
@@ -66,9 +69,23 @@ INSTALL_SOURCE = install_source()
 
 
 
+def install_sources(repository: str = REPOSITORY, ref: str = REF) -> list[str]:
+    """What the set-up cell installs, first that works: the release ``tfm-lesson==X.Y.Z`` from PyPI (fast, no git;
+    only for the course's own repository at a tag ``vX.Y.Z``), then ``ref`` of ``repository`` on GitHub."""
+    release = re.fullmatch(r"v(\d+(?:\.\d+)*)", ref)
+    pypi = [f"tfm-lesson=={release.group(1)}"] if release and repository == REPOSITORY else []
+    return [*pypi, install_source(repository, ref)]
+
+
+def release_page(repository: str = REPOSITORY, ref: str = REF) -> str:
+    """Where the release's wheel can be downloaded (the release workflow attaches it there)."""
+    return f"https://github.com/{repository}/releases/tag/{ref}"
+
+
 def setup_cell(repository: str = REPOSITORY, ref: str = REF) -> str:
     """The set-up cell every chapter starts with, installing from ``repository`` at ``ref``."""
-    return _SETUP_TEMPLATE.format(source=install_source(repository, ref))
+    return _SETUP_TEMPLATE.format(sources=json.dumps(install_sources(repository, ref)),
+                                  release=release_page(repository, ref))
 
 
 SETUP_CELL = setup_cell()
@@ -87,31 +104,32 @@ _CLEARED_KEY = "tfm_lesson_student_cleared"
 # The tag of a cell in which `restore` keeps what a learner wrote in a solution stub.
 KEPT_TAG = "learner-answer"
 KEPT_HEADER = ("# Your code from the \"your turn\" cell, kept by `restore`. The reference solution is in the next cell\n"
-               "# (folded: click its left bar to open it).\n")
+               "# (folded: in JupyterLab click the bar at its left, in Colab click \"Show code\" under its title).\n")
 
 
 
 
 
 
-def colab_url(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF) -> str:
-    """The "Open in Colab" address of a chapter, e.g. ``notebooks/01_attention.ipynb``."""
-    return f"https://colab.research.google.com/github/{repository}/blob/{ref}/notebooks/{Path(notebook).name}"
+def colab_url(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF, folder: str = "notebooks") -> str:
+    """The "Open in Colab" address of a chapter, e.g. ``notebooks/01_attention.ipynb`` (``folder``: where it is
+    published, ``student`` for the student copies)."""
+    return f"https://colab.research.google.com/github/{repository}/blob/{ref}/{folder}/{Path(notebook).name}"
 
 
-def colab_badge(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF) -> str:
+def colab_badge(notebook: str | Path, repository: str = REPOSITORY, ref: str = REF, folder: str = "notebooks") -> str:
     """The "Open in Colab" badge of a chapter, as Markdown (an image that links to :func:`colab_url`)."""
-    return f"[![Open In Colab]({COLAB_BADGE_SVG})]({colab_url(notebook, repository, ref)})"
+    return f"[![Open In Colab]({COLAB_BADGE_SVG})]({colab_url(notebook, repository, ref, folder)})"
 
 
 _ANY_BADGE = re.compile(r"\[!\[Open In Colab\]\(" + re.escape(COLAB_BADGE_SVG) + r"\)\]\([^)\s]*\)")
 _TITLE = re.compile(r"^# \d\d · ")
 
 
-def set_badge(nb: Any, name: str, repository: str = REPOSITORY, ref: str = REF) -> bool:
+def set_badge(nb: Any, name: str, repository: str = REPOSITORY, ref: str = REF, folder: str = "notebooks") -> bool:
     """Put the chapter's badge on the line under its ``# NN · Title`` heading (replacing any other badge);
     True when the notebook changed. A notebook without such a heading is left alone."""
-    badge = colab_badge(name, repository, ref)
+    badge = colab_badge(name, repository, ref, folder)
     for cell in nb["cells"]:
         if cell.get("cell_type") != "markdown":
             continue
@@ -160,7 +178,12 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         strip_widget_views(nb)  # stored chapters show the explorers' static pictures; running a cell brings them back
-        fold_solutions(nb)
+        old = copy.deepcopy(nb)
+        if fold_solutions(nb):
+            try:
+                _sync_script(path, old, nb)  # a new solution's #@title line goes into the .py too
+            except CourseError as exc:
+                print(f"warning: {exc}", file=sys.stderr)
         write_notebook(nb, path)
         print(f"{path}: {time.perf_counter() - start:.1f} s", flush=True)
 
@@ -196,34 +219,25 @@ def _clear_outputs(cell: Any) -> None:
 
 # folding -------------------------------------------------------------------------------------------------------------
 def fold_solutions(nb: Any) -> int:
-    """Fold every ``solution`` cell: set ``metadata.jupyter.source_hidden`` (nbformat's standard key, which
-    JupyterLab 4 and Notebook 7 honour: the cell shows as a collapsed bar until clicked). Outputs stay visible.
-
-    Changes metadata only; idempotent. Returns how many cells it folded.
+    """Fold every ``solution`` cell in JupyterLab 4 / Notebook 7 (``metadata.jupyter.source_hidden``: a collapsed
+    bar until clicked) and in Colab (a form: ``cellView: form`` under a ``#@title`` line, see
+    :mod:`tfm_lesson.course.solution_form`). Outputs stay visible. Idempotent. Returns how many cells it changed.
     """
-    changed = 0
-    for cell in nb["cells"]:
-        if _is_solution(cell) and not _is_stub(cell):
-            jupyter = cell.setdefault("metadata", {}).setdefault("jupyter", {})
-            if jupyter.get("source_hidden") is not True:
-                jupyter["source_hidden"] = True
-                changed += 1
-    return changed
-
-
-def is_folded(cell: Any) -> bool:
-    return cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True
+    return sum(fold_cell(cell) for cell in nb["cells"])
 
 
 def fold_files(paths: list[Path]) -> int:
-    """Fold the solution cells of each notebook in place (only those that changed are written)."""
+    """Fold the solution cells of each notebook in place, and carry the ``#@title`` lines into its paired ``.py``
+    (only the files that changed are written)."""
     import nbformat
 
     total = 0
     for path in paths:
         nb = nbformat.read(path, as_version=4)
+        old = copy.deepcopy(nb)
         changed = fold_solutions(nb)
         if changed:
+            _sync_script(path, old, nb)
             write_notebook(nb, path)
         total += changed
         print(f"{path}: {changed} solution cell(s) folded", flush=True)
@@ -247,13 +261,9 @@ def student_copy(nb: Any) -> Any:
     for i, cell in enumerate(cells):
         if not _is_solution(cell):
             continue
+        unfold(cell)  # the stub is for the learner to read: never folded, in JupyterLab or Colab
         cell["source"] = STUDENT_STUB
         _clear_outputs(cell)
-        jupyter = cell.get("metadata", {}).get("jupyter")
-        if jupyter is not None:  # the stub is for the learner to read: never folded
-            jupyter.pop("source_hidden", None)
-            if not jupyter:
-                del cell["metadata"]["jupyter"]
         if i + 1 < len(cells) and cells[i + 1].get("cell_type") == "code" and not _is_solution(cells[i + 1]):
             check = cells[i + 1]
             _clear_outputs(check)
@@ -278,7 +288,7 @@ def copy_chapter_answers(chapter: Any) -> Any:
     out = student_copy(chapter)
     for ex in exercises(chapter):
         if ex.answer_index is not None:
-            out["cells"][ex.answer_index]["source"] = copy.deepcopy(chapter["cells"][ex.solution_index]["source"])
+            out["cells"][ex.answer_index]["source"] = strip_title(chapter["cells"][ex.solution_index]["source"])
     return out
 
 
@@ -319,8 +329,12 @@ def restore(student: Any, original: Any) -> Any:
             raise _mismatch(i, cell, orig, "one notebook has more cells")
         if cell.get("cell_type") != orig.get("cell_type"):
             raise _mismatch(i, cell, orig, "different kinds of cell")
-        if orig.get("cell_type") != "code" and cell.get("source", "").strip() != orig.get("source", "").strip():
-            raise _mismatch(i, cell, orig, "different text")
+        if orig.get("cell_type") != "code":  # the same text; the badge may open the student copy instead
+            if _ANY_BADGE.sub("", cell.get("source", "")).strip() != _ANY_BADGE.sub("", orig.get("source", "")).strip():
+                raise _mismatch(i, cell, orig, "different text")
+            cell["source"] = orig.get("source", "")
+        elif is_setup_cell(cell.get("source", "")) and is_setup_cell(orig.get("source", "")):
+            cell["source"] = orig.get("source", "")  # the chapter's own (a copy's may install another release)
         if _is_solution(cell) != _is_solution(orig):
             raise _mismatch(i, cell, orig, "a solution cell in one notebook only")
         meta = cell.get("metadata", {})
@@ -389,8 +403,10 @@ def write_student_copies(paths: list[Path], out_dir: Path, force: bool = False, 
                          ref: str | None = None) -> list[Path]:
     """Write a student copy of each chapter into ``out_dir`` (same file names); return their paths.
 
-    ``repository`` / ``ref`` (e.g. an instructor's fork and tag): the copies' badges and set-up cells point there
-    instead of at :data:`REPOSITORY` / :data:`REF`.
+    Each copy's Colab badge opens the published student copy, ``<out_dir's name>/<chapter>`` at the release (e.g.
+    ``student/03_….ipynb``), never the chapter with solutions; its set-up cell installs the same release.
+    ``repository`` / ``ref`` (e.g. an instructor's fork and tag): badges and set-up cells point there instead of at
+    :data:`REPOSITORY` / :data:`REF`.
 
     Refuses (:class:`CourseError`, nothing written) when a copy would land on a chapter (the same folder or
     file, through a symlink, or by a name differing only in case), on any notebook that holds solutions, or,
@@ -410,8 +426,10 @@ def write_student_copies(paths: list[Path], out_dir: Path, force: bool = False, 
             raise CourseError(f"{target} is the chapter {clash} itself (the same file): refusing to overwrite it.")
         nb = nbformat.read(path, as_version=4)
         fresh = student_copy(nb)
-        if repository is not None or ref is not None:
-            retarget(fresh, path.name, repository or REPOSITORY, ref or REF)
+        # its set-up cell installs the release; its badge opens the published copy (OUT's name at the release)
+        retarget(fresh, path.name, repository or REPOSITORY, ref or REF)
+        set_badge(fresh, path.name, repository or REPOSITORY, ref or REF, folder=student_folder(out_dir))
+        refuse_chapter_links(fresh, f"the student copy of {path}")
         if target.exists():
             if _is_chapter(target):
                 raise CourseError(f"{target} holds solutions (it is a chapter, not a student copy): "

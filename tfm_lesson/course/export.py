@@ -29,6 +29,7 @@ from typing import Any
 from .._io import atomic_open
 from .cells import CourseError, write_notebook
 from .exercises import Exercise, exercises
+from .solution_form import unfold
 
 __all__ = ["OtterCellTimeLimit", "export", "nbgrader_notebook", "otter_notebook"]
 
@@ -76,6 +77,7 @@ def _clean(cell: Any) -> Any:
         else:
             cell.get("metadata", {}).pop("tags", None)
         cell.get("metadata", {}).pop("jupyter", None)
+        unfold(cell)  # no Colab form either (cellView, #@title): the tools mark solutions their own way
     return cell
 
 
@@ -89,8 +91,8 @@ def nbgrader_notebook(chapter: Any) -> Any:
     for i, cell in enumerate(chapter["cells"]):
         kind, ex = by_cell.get(i, (None, None))
         if kind == "solution":
-            source = f"### BEGIN SOLUTION\n{cell['source'].rstrip()}\n### END SOLUTION\n"
             answer = _meta(_clean(cell), grade=False, grade_id=f"ex{ex.number}-answer", locked=False, solution=True)
+            source = f"### BEGIN SOLUTION\n{answer['source'].rstrip()}\n### END SOLUTION\n"
             answer["source"] = source
             cells.append(answer)
         elif kind == "check":
