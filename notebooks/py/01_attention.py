@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -jupyter
+#     cell_metadata_filter: -cellView,-jupyter
 #     formats: ipynb,py//py:percent
 #     text_representation:
 #       extension: .py
@@ -16,10 +16,42 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, os, subprocess, sys
+import glob, importlib, importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
+    # the course's release from PyPI, else from GitHub; or a wheel put beside this notebook; or what you name
+    sources = ["tfm-lesson==0.1.0", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0"]
+    sources = sorted(glob.glob("tfm_lesson-*.whl"))[-1:] or sources  # or a wheel put beside this notebook
+    if os.environ.get("TFM_LESSON_SOURCE"):  # anything pip can install
+        sources = [os.environ["TFM_LESSON_SOURCE"]]
+    failures = []
+    for source in sources:
+        print("installing tfm_lesson from", source, flush=True)
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+        failures.append("  " + source + ": " + ((pip.stderr or pip.stdout).strip().splitlines() or ["?"])[-1])
+    importlib.invalidate_caches()
+    if importlib.util.find_spec("tfm_lesson") is None:
+        class SetupFailed(Exception):
+            def _render_traceback_(self):  # Jupyter and Colab show this message alone, without a traceback
+                return str(self).splitlines()
+
+        def not_installed(shell, etype, value, tb, tb_offset=None):  # later cells: one line, not a traceback
+            if str(getattr(value, "name", "")).split(".")[0] == "tfm_lesson":
+                value = SetupFailed("tfm_lesson is not installed: the set-up cell (the first code cell) says why.")
+            shell.showtraceback((type(value), value, tb))
+
+        if "get_ipython" in globals():
+            get_ipython().set_custom_exc((ModuleNotFoundError,), not_installed)
+        raise SetupFailed("\n".join([
+            "The set-up failed: pip could not install tfm_lesson. What pip said:", *failures,
+            "Two ways out; then run this cell again:",
+            "  1. set TFM_LESSON_SOURCE to something pip can install, in a cell above this one, e.g.",
+            "     os.environ['TFM_LESSON_SOURCE'] = 'git+https://github.com/OWNER/REPOSITORY@TAG' (or a wheel's path);",
+            "  2. or download the wheel (tfm_lesson-...-py3-none-any.whl) from the release page",
+            "     https://github.com/tfm-lesson/tfm_lesson/releases/tag/v0.1.0",
+            "     and put it beside this notebook (Colab: the folder icon on the left, then upload).",
+            "The cells below need tfm_lesson: they will not run until this one succeeds."]))
 
 # %% [markdown]
 # # 01 · Scaled dot-product attention
@@ -326,6 +358,7 @@ def attention_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def attention_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     d_k = query.size(-1)
     return query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., q_len, k_len)
@@ -358,6 +391,7 @@ def retrieval_qk(targets: list[int], k_len: int, d_k: int) -> tuple[torch.Tensor
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def retrieval_qk(targets: list[int], k_len: int, d_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     K = torch.eye(k_len, d_k)  # (k_len, d_k): key j points along axis j
     Q = 10 * math.sqrt(d_k) * K[targets]  # (q_len, d_k): query i points along key targets[i]'s axis
@@ -399,6 +433,7 @@ def my_attention(query, key, value, mask=None):
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def my_attention(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., q_len, k_len)
     if mask is not None:
@@ -438,3 +473,17 @@ T.quiz.show("01")
 #
 # Next, chapter 02: masks — how padding and the future are hidden from attention, and what happens to a query
 # that is allowed to see nothing.
+
+# %% [markdown]
+# ## Licence and how to cite
+#
+# The text and figures of this chapter are licensed under Creative Commons Attribution
+# ([CC BY](https://creativecommons.org/licenses/by/4.0/)), its code and the `tfm_lesson` package under the MIT
+# licence ([LICENSE](https://github.com/tfm-lesson/tfm_lesson/blob/v0.1.0/LICENSE)). You may copy, change and
+# share them, in a course of your own too, as long as you name the source, for example:
+#
+# > The tfm_lesson authors (2026). *tfm_lesson: the Transformer of "Attention Is All You Need", built step by
+# > step in PyTorch*, chapter 01: Scaled dot-product attention. Version `0.1.0`,
+# > https://github.com/tfm-lesson/tfm_lesson
+#
+# The file `CITATION.cff` in the repository gives the same reference in a form reference managers read.

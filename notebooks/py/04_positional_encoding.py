@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -jupyter
+#     cell_metadata_filter: -cellView,-jupyter
 #     formats: ipynb,py//py:percent
 #     text_representation:
 #       extension: .py
@@ -16,10 +16,42 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, os, subprocess, sys
+import glob, importlib, importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
+    # the course's release from PyPI, else from GitHub; or a wheel put beside this notebook; or what you name
+    sources = ["tfm-lesson==0.1.0", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0"]
+    sources = sorted(glob.glob("tfm_lesson-*.whl"))[-1:] or sources  # or a wheel put beside this notebook
+    if os.environ.get("TFM_LESSON_SOURCE"):  # anything pip can install
+        sources = [os.environ["TFM_LESSON_SOURCE"]]
+    failures = []
+    for source in sources:
+        print("installing tfm_lesson from", source, flush=True)
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+        failures.append("  " + source + ": " + ((pip.stderr or pip.stdout).strip().splitlines() or ["?"])[-1])
+    importlib.invalidate_caches()
+    if importlib.util.find_spec("tfm_lesson") is None:
+        class SetupFailed(Exception):
+            def _render_traceback_(self):  # Jupyter and Colab show this message alone, without a traceback
+                return str(self).splitlines()
+
+        def not_installed(shell, etype, value, tb, tb_offset=None):  # later cells: one line, not a traceback
+            if str(getattr(value, "name", "")).split(".")[0] == "tfm_lesson":
+                value = SetupFailed("tfm_lesson is not installed: the set-up cell (the first code cell) says why.")
+            shell.showtraceback((type(value), value, tb))
+
+        if "get_ipython" in globals():
+            get_ipython().set_custom_exc((ModuleNotFoundError,), not_installed)
+        raise SetupFailed("\n".join([
+            "The set-up failed: pip could not install tfm_lesson. What pip said:", *failures,
+            "Two ways out; then run this cell again:",
+            "  1. set TFM_LESSON_SOURCE to something pip can install, in a cell above this one, e.g.",
+            "     os.environ['TFM_LESSON_SOURCE'] = 'git+https://github.com/OWNER/REPOSITORY@TAG' (or a wheel's path);",
+            "  2. or download the wheel (tfm_lesson-...-py3-none-any.whl) from the release page",
+            "     https://github.com/tfm-lesson/tfm_lesson/releases/tag/v0.1.0",
+            "     and put it beside this notebook (Colab: the folder icon on the left, then upload).",
+            "The cells below need tfm_lesson: they will not run until this one succeeds."]))
 
 # %% [markdown]
 # # 04 · Positional encoding
@@ -392,6 +424,7 @@ class MySinusoidalPE(nn.Module):
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 class MySinusoidalPE(nn.Module):
     def __init__(self, d_model, max_len=5000):
         super().__init__()
@@ -422,6 +455,7 @@ def table_by_stacking(max_len, d_model):
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def table_by_stacking(max_len, d_model):
     pairs = (d_model + 1) // 2  # one extra pair when d_model is odd
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
@@ -451,6 +485,7 @@ def offset_rotation(k, d_model):
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def offset_rotation(k, d_model):
     M = torch.zeros(d_model, d_model, dtype=torch.float64)
     for i in range(d_model // 2):
@@ -485,6 +520,7 @@ class MyLearnedPE(nn.Module):
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 class MyLearnedPE(nn.Module):
     def __init__(self, d_model, max_len=512):
         super().__init__()
@@ -524,3 +560,16 @@ T.quiz.show("04")
 #
 # Next, chapter 05 wraps attention in the residual connections and layer normalisation that let the model be
 # stacked six layers deep.
+
+# %% [markdown]
+# ## Licence and how to cite
+#
+# The text and figures of this chapter are licensed under Creative Commons Attribution
+# ([CC BY](https://creativecommons.org/licenses/by/4.0/)), its code and the `tfm_lesson` package under the MIT
+# licence ([LICENSE](https://github.com/tfm-lesson/tfm_lesson/blob/v0.1.0/LICENSE)). You may copy, change and
+# share them, in a course of your own too, as long as you name the source, for example:
+#
+# > The tfm_lesson authors (2026). *tfm_lesson: the Transformer of "Attention Is All You Need", built step by
+# > step in PyTorch*, chapter 04: Positional encoding. Version `0.1.0`, https://github.com/tfm-lesson/tfm_lesson
+#
+# The file `CITATION.cff` in the repository gives the same reference in a form reference managers read.

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -jupyter
+#     cell_metadata_filter: -cellView,-jupyter
 #     formats: ipynb,py//py:percent
 #     text_representation:
 #       extension: .py
@@ -16,10 +16,42 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, os, subprocess, sys
+import glob, importlib, importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
+    # the course's release from PyPI, else from GitHub; or a wheel put beside this notebook; or what you name
+    sources = ["tfm-lesson==0.1.0", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0"]
+    sources = sorted(glob.glob("tfm_lesson-*.whl"))[-1:] or sources  # or a wheel put beside this notebook
+    if os.environ.get("TFM_LESSON_SOURCE"):  # anything pip can install
+        sources = [os.environ["TFM_LESSON_SOURCE"]]
+    failures = []
+    for source in sources:
+        print("installing tfm_lesson from", source, flush=True)
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+        failures.append("  " + source + ": " + ((pip.stderr or pip.stdout).strip().splitlines() or ["?"])[-1])
+    importlib.invalidate_caches()
+    if importlib.util.find_spec("tfm_lesson") is None:
+        class SetupFailed(Exception):
+            def _render_traceback_(self):  # Jupyter and Colab show this message alone, without a traceback
+                return str(self).splitlines()
+
+        def not_installed(shell, etype, value, tb, tb_offset=None):  # later cells: one line, not a traceback
+            if str(getattr(value, "name", "")).split(".")[0] == "tfm_lesson":
+                value = SetupFailed("tfm_lesson is not installed: the set-up cell (the first code cell) says why.")
+            shell.showtraceback((type(value), value, tb))
+
+        if "get_ipython" in globals():
+            get_ipython().set_custom_exc((ModuleNotFoundError,), not_installed)
+        raise SetupFailed("\n".join([
+            "The set-up failed: pip could not install tfm_lesson. What pip said:", *failures,
+            "Two ways out; then run this cell again:",
+            "  1. set TFM_LESSON_SOURCE to something pip can install, in a cell above this one, e.g.",
+            "     os.environ['TFM_LESSON_SOURCE'] = 'git+https://github.com/OWNER/REPOSITORY@TAG' (or a wheel's path);",
+            "  2. or download the wheel (tfm_lesson-...-py3-none-any.whl) from the release page",
+            "     https://github.com/tfm-lesson/tfm_lesson/releases/tag/v0.1.0",
+            "     and put it beside this notebook (Colab: the folder icon on the left, then upload).",
+            "The cells below need tfm_lesson: they will not run until this one succeeds."]))
 
 # %% [markdown]
 # # 16 · Today's block: RMSNorm, RoPE, SwiGLU, grouped-query attention
@@ -865,6 +897,7 @@ def rms_norm_half_safe(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5)
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def rms_norm_half_safe(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     x32 = x.float()  # before squaring: 300 ** 2 = 90,000 is above float16's largest number
     normalised = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., d_model), float32
@@ -898,6 +931,7 @@ def my_rope(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def my_rope(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
     seq_len, d_k = x.size(-2), x.size(-1)
     theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float) / d_k)  # (d_k/2,)
@@ -937,6 +971,7 @@ def llama_hidden(d_model: int, multiple_of: int, ffn_dim_multiplier: float | Non
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def llama_hidden(d_model: int, multiple_of: int, ffn_dim_multiplier: float | None = None) -> int:
     hidden = int(2 * (4 * d_model) / 3)  # three matrices of d_model x hidden = two of d_model x 4 d_model
     if ffn_dim_multiplier is not None:
@@ -974,6 +1009,7 @@ def my_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def my_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     group = q.size(1) // k.size(1)
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, heads, k_len, d_k)
@@ -1013,3 +1049,17 @@ T.quiz.show("16")
 #   $10^{-4}$ and the same greedy tokens, so the model you built *is* the model the library runs.
 # - An ablation at this scale separates few of these changes from the noise; measure with several seeds,
 #   compare paired differences, and say so when a difference is inside the noise.
+
+# %% [markdown]
+# ## Licence and how to cite
+#
+# The text and figures of this chapter are licensed under Creative Commons Attribution
+# ([CC BY](https://creativecommons.org/licenses/by/4.0/)), its code and the `tfm_lesson` package under the MIT
+# licence ([LICENSE](https://github.com/tfm-lesson/tfm_lesson/blob/v0.1.0/LICENSE)). You may copy, change and
+# share them, in a course of your own too, as long as you name the source, for example:
+#
+# > The tfm_lesson authors (2026). *tfm_lesson: the Transformer of "Attention Is All You Need", built step by
+# > step in PyTorch*, chapter 16: Today's block: RMSNorm, RoPE, SwiGLU, grouped-query attention. Version
+# > `0.1.0`, https://github.com/tfm-lesson/tfm_lesson
+#
+# The file `CITATION.cff` in the repository gives the same reference in a form reference managers read.

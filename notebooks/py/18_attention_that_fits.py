@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     cell_metadata_filter: -jupyter
+#     cell_metadata_filter: -cellView,-jupyter
 #     formats: ipynb,py//py:percent
 #     text_representation:
 #       extension: .py
@@ -43,10 +43,42 @@
 
 # %%
 # Set-up: installs tfm_lesson when it is missing (Colab, a fresh environment). Locally it does nothing.
-import importlib.util, os, subprocess, sys
+import glob, importlib, importlib.util, os, subprocess, sys
 if importlib.util.find_spec("tfm_lesson") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           os.environ.get("TFM_LESSON_SOURCE", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0")])
+    # the course's release from PyPI, else from GitHub; or a wheel put beside this notebook; or what you name
+    sources = ["tfm-lesson==0.1.0", "tfm-lesson @ git+https://github.com/tfm-lesson/tfm_lesson@v0.1.0"]
+    sources = sorted(glob.glob("tfm_lesson-*.whl"))[-1:] or sources  # or a wheel put beside this notebook
+    if os.environ.get("TFM_LESSON_SOURCE"):  # anything pip can install
+        sources = [os.environ["TFM_LESSON_SOURCE"]]
+    failures = []
+    for source in sources:
+        print("installing tfm_lesson from", source, flush=True)
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], capture_output=True, text=True)
+        if pip.returncode == 0:
+            break
+        failures.append("  " + source + ": " + ((pip.stderr or pip.stdout).strip().splitlines() or ["?"])[-1])
+    importlib.invalidate_caches()
+    if importlib.util.find_spec("tfm_lesson") is None:
+        class SetupFailed(Exception):
+            def _render_traceback_(self):  # Jupyter and Colab show this message alone, without a traceback
+                return str(self).splitlines()
+
+        def not_installed(shell, etype, value, tb, tb_offset=None):  # later cells: one line, not a traceback
+            if str(getattr(value, "name", "")).split(".")[0] == "tfm_lesson":
+                value = SetupFailed("tfm_lesson is not installed: the set-up cell (the first code cell) says why.")
+            shell.showtraceback((type(value), value, tb))
+
+        if "get_ipython" in globals():
+            get_ipython().set_custom_exc((ModuleNotFoundError,), not_installed)
+        raise SetupFailed("\n".join([
+            "The set-up failed: pip could not install tfm_lesson. What pip said:", *failures,
+            "Two ways out; then run this cell again:",
+            "  1. set TFM_LESSON_SOURCE to something pip can install, in a cell above this one, e.g.",
+            "     os.environ['TFM_LESSON_SOURCE'] = 'git+https://github.com/OWNER/REPOSITORY@TAG' (or a wheel's path);",
+            "  2. or download the wheel (tfm_lesson-...-py3-none-any.whl) from the release page",
+            "     https://github.com/tfm-lesson/tfm_lesson/releases/tag/v0.1.0",
+            "     and put it beside this notebook (Colab: the folder icon on the left, then upload).",
+            "The cells below need tfm_lesson: they will not run until this one succeeds."]))
 
 # %%
 import math
@@ -539,6 +571,7 @@ def my_online_softmax(x, block_size):
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def my_online_softmax(x, block_size):
     m = torch.full(x.shape[:-1], float("-inf"))  # running maximum per row
     d = torch.zeros(x.shape[:-1])  # running sum of exp(x - m) per row
@@ -575,6 +608,7 @@ def my_tiled_attention(query, key, value, block_size, causal=False, mask=None):
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def my_tiled_attention(query, key, value, block_size, causal=False, mask=None):
     batch, heads, q_len, d_k = query.shape
     k_len = key.size(2)
@@ -622,6 +656,7 @@ def intensity(m, k, n, bytes_per_number):
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def intensity(m, k, n, bytes_per_number):
     flops = 2 * m * k * n  # a multiplication and an addition per term
     moved = (m * k + k * n + m * n) * bytes_per_number  # both inputs read, the output written
@@ -651,6 +686,7 @@ def my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mas
 
 
 # %% tags=["solution"]
+#@title Reference solution — open it after your own attempt
 def my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
     q_len, k_len, d_k = q.size(2), k.size(2), q.size(3)
     grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -709,3 +745,17 @@ T.quiz.show("18")
 # This is the last chapter. Where to go from here: the FlashAttention-2 paper (Dao, 2023) for how the work is
 # split between a GPU's cores, and PyTorch's `scaled_dot_product_attention` documentation for the back ends it
 # chooses between.
+
+# %% [markdown]
+# ## Licence and how to cite
+#
+# The text and figures of this chapter are licensed under Creative Commons Attribution
+# ([CC BY](https://creativecommons.org/licenses/by/4.0/)), its code and the `tfm_lesson` package under the MIT
+# licence ([LICENSE](https://github.com/tfm-lesson/tfm_lesson/blob/v0.1.0/LICENSE)). You may copy, change and
+# share them, in a course of your own too, as long as you name the source, for example:
+#
+# > The tfm_lesson authors (2026). *tfm_lesson: the Transformer of "Attention Is All You Need", built step by
+# > step in PyTorch*, chapter 18: Attention that fits: the online softmax and FlashAttention. Version `0.1.0`,
+# > https://github.com/tfm-lesson/tfm_lesson
+#
+# The file `CITATION.cff` in the repository gives the same reference in a form reference managers read.
