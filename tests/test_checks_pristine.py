@@ -17,6 +17,7 @@ from tfm_lesson.checks import Mistake
 from tfm_lesson.checks._harness import call
 from tfm_lesson.decoding import greedy_decode
 from tfm_lesson.modern import RMSNorm, SwiGLU
+from tfm_lesson.train import cost
 from tfm_lesson.train.loop import noam_rate
 
 import test_checks_attention as att
@@ -156,13 +157,17 @@ ANSWERS = {
     "check_noam_rate": (noam_rate, {}),
     "check_train_step": (training._step, {}),
     "check_greedy_decode": (training._greedy, {}),
+    "check_params": (cost.parameter_count, {}),
+    "check_flops_per_token": (cost.flops_per_token, {}),
+    "check_training_bytes": (lambda c, b, n: 16 * cost.parameter_count(c) + cost.activation_bytes(c, b, n), {}),
 }
 
 #: checkers whose learner's code receives only numbers, strings or objects it may change (modules, configs): there is
 #: no input for it to spoil
 NOTHING_TO_SPOIL = {"check_cache_memory", "check_layer_budget", "check_arithmetic_intensity", "check_tie_weights",
                     "check_parameter_count", "check_llama_hidden", "check_positional_encoding", "check_offset_rotation",
-                    "check_noam_rate", "check_causal_mask", "check_load_encoder_layer"}
+                    "check_noam_rate", "check_causal_mask", "check_load_encoder_layer", "check_params",
+                    "check_flops_per_token", "check_training_bytes"}
 
 CHECKERS = sorted(name for name in checks.__all__ if name.startswith("check_"))
 
@@ -210,3 +215,13 @@ def test_the_callers_tensors_stay_pristine_and_gradients_still_reach_them() -> N
     y = torch.zeros(2)
     call(lambda t: t.add_(1), y, what="your function", mutable=(0,))  # an argument the exercise asks to change
     assert torch.equal(y, torch.ones(2))
+
+
+def test_a_config_changed_in_place_is_named() -> None:
+    """A configuration is an input too: the checker counts from its own copy, and the change is named."""
+    def params(config):
+        n = cost.parameter_count(config)
+        config.num_layers *= 2  # the right count, then the caller's config spoiled
+        return n
+    with pytest.raises(Mistake, match=r"changed `config` in place: its field num_layers went from \d+ to \d+"):
+        checks.check_params(params)

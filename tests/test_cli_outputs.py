@@ -25,7 +25,7 @@ DEFAULT_OUTPUTS = {
     "train.ablation": lambda: [ablation.DEFAULT_OUT],
     "train.scaling": lambda: [scaling.DEFAULT_OUT],
     "train.reference": lambda: [reference.default_out(task) for task in reference.RECIPES],
-    "course.__init__": lambda: [], "course.quiz": lambda: [], "train.translate": lambda: [],
+    "course.cli": lambda: [], "course.quiz": lambda: [], "train.translate": lambda: [],
     "train.generate": lambda: [],
     "course._grade_kernel": lambda: [],  # the grader's kernel: writes nothing
 }
@@ -137,3 +137,12 @@ def test_the_old_ablation_command_says_where_it_went():
     proc = subprocess.run([sys.executable, "-m", "tfm_lesson.modern", "ablation"], capture_output=True, text=True,
                           cwd=PACKAGE.parent, timeout=60)
     assert proc.returncode == 2 and "python -m tfm_lesson.train.ablation" in proc.stderr
+
+
+def test_the_course_command_lists_every_command(capsys):
+    """`python -m tfm_lesson.course --help` names grade and export too (they have a parser of their own)."""
+    from tfm_lesson.course import main
+
+    code, out, _ = call_main(main, ["--help"], capsys)
+    listed = re.findall(r"^\s{4}(\S+)\s", out, flags=re.M)
+    assert code == 0 and {"execute", "student", "restore", "fold", "setup-cell", "grade", "export"} <= set(listed), out

@@ -1,4 +1,4 @@
-"""Where the course lives is one setting (``REPOSITORY`` and ``REF`` in tfm_lesson/course/__init__.py): the set-up cells,
+"""Where the course lives is one setting (``REPOSITORY`` and ``REF`` in tfm_lesson/course/location.py): the set-up cells,
 the chapters' Colab badges, README's badges and the book's launch buttons all follow it."""
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_changing_the_setting_moves_all_four(tmp_path):
     (copy / "book").mkdir()
     shutil.copy(ROOT / "book" / "_config.yml", copy / "book" / "_config.yml")
     shutil.copy(ROOT / "README.md", copy / "README.md")
-    settings = copy / "tfm_lesson" / "course" / "__init__.py"
+    settings = copy / "tfm_lesson" / "course" / "location.py"
     text = settings.read_text()
     assert text.count(f'REPOSITORY = "{course.REPOSITORY}"') == 1 and text.count(f'REF = "{course.REF}"') == 1
     settings.write_text(text.replace(f'REPOSITORY = "{course.REPOSITORY}"', 'REPOSITORY = "a-teacher/their-fork"')

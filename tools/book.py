@@ -5,7 +5,7 @@ restore, fold, setup-cell, grade, export) is ``python -m tfm_lesson.course``.
 
     python tools/book.py build           # the Jupyter Book in book/_build/html (offline, from the stored outputs)
     python tools/book.py badges          # set-up cells, chapter badges, README's badges and the book's launch
-                                         # buttons follow REPOSITORY and REF (tfm_lesson/course/__init__.py)
+                                         # buttons follow REPOSITORY and REF (tfm_lesson/course/location.py)
     python tools/book.py colab-links     # one "Open in Colab" link per chapter
 
 The book shows each explorer's static picture. No widget state is stored in the chapters, and myst-nb would

@@ -7,11 +7,13 @@ its arguments. After the call the copies are compared with the originals; an ans
 (``query.mul_(2)``, ``scores[mask] = 0``, ``tokens.append(...)``) fails with a message that names the argument, even
 when its output is right: the caller's tensor is not the function's to change.
 
-Objects other than tensors and plain containers (modules, optimizers, caches, configs) are handed over as they are:
-changing them is what some exercises ask for.
+Configurations (dataclasses such as ``GPTConfig``) are copied and compared field by field too. Other objects
+(modules, optimizers, caches) are handed over as they are: changing them is what some exercises ask for.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import inspect
 from typing import Any, Callable, Collection
 
@@ -37,6 +39,8 @@ def copy_inputs(value: Any) -> Any:
         return {k: copy_inputs(v) for k, v in value.items()}
     if isinstance(value, (set, frozenset)):
         return type(value)(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a config: plain values, copied whole
+        return copy.deepcopy(value)
     return value
 
 
@@ -54,6 +58,12 @@ def _same_tensor(a: Tensor, b: Tensor) -> bool:
 
 def changed_in_place(original: Any, copy: Any) -> str | None:
     """How ``copy`` (what the learner's code received) now differs from ``original``, or None when it does not."""
+    if dataclasses.is_dataclass(original) and not isinstance(original, type) and copy is not original:
+        for field in dataclasses.fields(original):
+            before, after = getattr(original, field.name), getattr(copy, field.name, None)
+            if before != after:
+                return f"its field {field.name} went from {before!r} to {after!r}"
+        return None
     if isinstance(original, Tensor):
         if not isinstance(copy, Tensor):
             return "it is no longer a tensor"
@@ -127,5 +137,8 @@ def _instead(name: str, original: Any) -> str:
                 f"`{name} *= 2`, `{name}.mul_(2)`, `{name}.masked_fill_(...)` or `{name}[...] = ...` overwrite the "
                 f"caller's (`{name} = {name}.clone()` first if you must write into it)")
     kind = type(original).__name__
+    if dataclasses.is_dataclass(original):
+        return (f"Read its fields without setting them; for a changed configuration make a new one: "
+                f"`dataclasses.replace({name}, field=value)`")
     return (f"Build and return a new {kind} instead (`{name}.append(...)`, `{name}[:] = ...`, `{name}.sort()` or "
             f"`+=` change the caller's; start from `{kind}({name})` if you must)")

@@ -1,0 +1,130 @@
+"""``python -m tfm_lesson.course``: the command line over the course tooling (execute, student, restore, fold,
+setup-cell, grade, export).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .cells import CourseError
+from .chapters import chapters, execute, fold_files, update_setup_cell
+from .location import REF, REPOSITORY, check_location
+from .student import restore_files, write_student_copies
+
+def _check_notebook_argument(parser: argparse.ArgumentParser, path: Path) -> None:
+    """Exit with a usage error (status 2) unless ``path`` is a readable ``.ipynb`` notebook."""
+    import nbformat
+
+    if path.is_dir():
+        parser.error(f"{path} is a directory; give notebook files (e.g. {path}/NN_name.ipynb)")
+    if not path.is_file():
+        parser.error(f"no notebook at {path}")
+    if path.suffix != ".ipynb":
+        pair = "; the .py files are the jupytext pairs: give the .ipynb beside them" if path.suffix == ".py" else ""
+        parser.error(f"{path} is not a notebook (.ipynb){pair}")
+    try:
+        nbformat.read(path, as_version=4)
+    except Exception as exc:  # noqa: BLE001 - JSON, schema or encoding errors all mean the same to the user
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        parser.error(f"{path} is not a readable notebook ({first[:200]})")
+
+
+def class_main(argv: list[str]) -> int:
+    """``grade`` and ``export``, the two class commands of ``python -m tfm_lesson.course``. Exit 0 when done,
+    2 for a usage error (bad arguments, a chapter without solutions, a missing submission path)."""
+    from . import grading
+    from .export import export
+
+    parser = argparse.ArgumentParser(prog="python -m tfm_lesson.course")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gr = sub.add_parser("grade", help="grade student notebooks against the instructor's chapter",
+                        description=grading.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gr.add_argument("chapter", type=Path, help="the instructor's chapter (with solutions)")
+    gr.add_argument("submissions", nargs="+", type=Path, help="student notebooks, or folders of them")
+    gr.add_argument("--csv", type=Path, required=True, help="where to write the grades")
+    gr.add_argument("--feedback", type=Path, help="a folder for one Markdown feedback page per submission")
+    gr.add_argument("--timeout", type=int, default=grading.DEFAULT_TIMEOUT, help="seconds per cell (default %(default)s)")
+    gr.add_argument("--memory", type=int, default=grading.DEFAULT_MEMORY_MB,
+                    help="MB of address space per kernel, 0 = no limit (default %(default)s)")
+    gr.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    ex = sub.add_parser("export", help="write the chapter as an nbgrader or Otter-Grader assignment")
+    ex.add_argument("chapter", type=Path)
+    ex.add_argument("--format", choices=("nbgrader", "otter"), required=True)
+    ex.add_argument("--out", type=Path, required=True, help="the nbgrader course folder, or the otter folder")
+    ex.add_argument("--assignment", help="the assignment's name (default: the chapter's file name)")
+    ex.add_argument("--timeout", type=int, default=600,
+                    help="seconds a cell may run when the tool grades (default %(default)s)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
+    try:
+        if args.command == "grade":
+            grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs)
+        else:
+            export(args.chapter, args.format, args.out, args.assignment, args.timeout)
+    except CourseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# the commands that moved to tools/book.py (they read or write the checkout's book/, README and notebooks/)
+_MOVED = {"book": "build", "badges": "badges", "colab-links": "colab-links"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tfm_lesson.course", description=sys.modules[__package__].__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("execute", help="execute notebooks in place")
+    ex.add_argument("notebooks", nargs="+", type=Path)
+    ex.add_argument("--timeout", type=int, default=600)
+    st = sub.add_parser("student", help="write student copies (solutions replaced by stubs)")
+    st.add_argument("notebooks", nargs="*", type=Path, help="chapters (default: every chapter in notebooks/)")
+    st.add_argument("--out", type=Path, default=Path("student"))
+    st.add_argument("--force", action="store_true", help="overwrite earlier student copies even if changed")
+    st.add_argument("--repository", help=f"OWNER/NAME on GitHub the copies install from and link to "
+                                         f"(default {REPOSITORY})")
+    st.add_argument("--ref", help=f"the tag, branch or commit there (default {REF})")
+    rs = sub.add_parser("restore", help="put the solutions back into student copies, in place")
+    rs.add_argument("notebooks", nargs="+", type=Path)
+    rs.add_argument("--from", dest="originals", type=Path, default=Path("notebooks"))
+    fd = sub.add_parser("fold", help="fold the solution cells of notebooks, in place (metadata only)")
+    fd.add_argument("notebooks", nargs="+", type=Path)
+    su = sub.add_parser("setup-cell", help="bring each chapter's set-up cell (and its .py pair) up to date")
+    su.add_argument("notebooks", nargs="+", type=Path)
+    # a class's commands have their own parser (class_main): listed here so that --help names them
+    sub.add_parser("grade", help="grade a class's submissions of a chapter (grade --help)", add_help=False)
+    sub.add_parser("export", help="a chapter as an nbgrader or Otter assignment (export --help)", add_help=False)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] in ("grade", "export"):  # a class's notebooks: course/grading.py, course/export.py
+        return class_main(argv)
+    if argv and argv[0] in _MOVED:
+        print(f"error: `{argv[0]}` needs the course's checkout and moved out of the package: run "
+              f"`python tools/book.py {_MOVED[argv[0]]}` there", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    for path in getattr(args, "notebooks", None) or ():  # a clear usage error, not a traceback from nbformat
+        _check_notebook_argument(parser, path)
+    try:
+        if args.command == "execute":
+            execute(args.notebooks, args.timeout)
+        elif args.command == "student":
+            if args.repository is not None or args.ref is not None:
+                check_location(args.repository or REPOSITORY, args.ref or REF)
+            write_student_copies(args.notebooks or chapters(), args.out, force=args.force,
+                                 repository=args.repository, ref=args.ref)
+        elif args.command == "restore":
+            restore_files(args.notebooks, args.originals)
+        elif args.command == "fold":
+            fold_files(args.notebooks)
+        elif args.command == "setup-cell":
+            for path in args.notebooks:
+                print(f"{path}: set-up cell {'updated' if update_setup_cell(path) else 'already current'}")
+    except CourseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
