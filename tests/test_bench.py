@@ -58,6 +58,9 @@ def test_quick_run_writes_report(tmp_path):
     assert "## Multi-head self-attention" in md and "## Training step" in md and torch.__version__ in md
     table = [line for line in md.splitlines() if line.startswith("| 32 |")]
     assert len(table) == 4 and all(line.count("|") == 14 for line in table)
+    gen = result["generation"]  # the quick generation section: four ways, the same tokens, the profile
+    assert gen["same_tokens"] is True and set(gen["speedup"]) == {"32"} and _positive(gen["speedup"]["32"])
+    assert "## Generation" in md and "| 32 tokens |" in md and "operator calls from Python" in md
 
 
 def test_training_flops_formula():
@@ -82,3 +85,14 @@ def test_interleaved_runs_in_turns():
 def test_unknown_section_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="unknown"):
         bench.main(["--sections", "attention,speed", "--out", str(tmp_path)])
+
+
+def test_load_generator_starts_busy_processes_and_stops_them():
+    with bench.LoadGenerator(2, seconds=60) as load:
+        assert load.alive == 2 and len(load.info["pids"]) == 2
+    assert load.alive == 0 and "stopped" in load.info  # stopped at the end of the block
+    with bench.LoadGenerator(1, seconds=0.5) as short:
+        short.procs[0].wait(timeout=30)  # bounded in time: it ends by itself
+        assert short.alive == 0
+    with pytest.raises(ValueError, match="processes must be an int >= 1"):
+        bench.LoadGenerator(0)

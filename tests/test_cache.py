@@ -261,17 +261,21 @@ def test_bench_generation_quick():
     from conftest import ROOT
 
     sys.path.insert(0, str(ROOT / "tools"))
-    from bench import bench_generation, generation_step_times  # tools/bench.py
+    from bench_generation import bench_generation, contenders, decode_times  # tools/bench_generation.py
 
     result = bench_generation(torch.device("cpu"), quick=True)
     assert result["same_tokens"] is True and result["new_tokens"] == 64
-    assert set(result["tokens_per_s"]["cached"]) == {32} and len(result["ms_per_token"]["uncached"]) == 64
-    assert all(v > 0 for v in result["tokens_per_s"]["uncached"].values())
+    assert set(result["tokens_per_s"]) == {"fast cached", "cached, model forward", "uncached", "transformers"}
+    assert set(result["tokens_per_s"]["fast cached"]) == {32} and len(result["ms_per_token"]["uncached"]) == 64
+    assert all(v > 0 for per in result["tokens_per_s"].values() for v in per.values())
+    assert set(result["profile"]) == {"torch.cat cache", "KVCache", "FastDecoder"}
+    assert set(result["generate_ms_per_token"]) == {"GPT.generate", "transformers generate"}
     gpt = T.GPT(vocab_size=20, max_len=16, d_model=16, heads=2, d_ff=32, num_layers=1)
-    gpt.train()
-    times, out = generation_step_times(gpt, torch.zeros(2, 3, dtype=torch.long), 5, use_cache=True)
-    assert len(times) == 5 and out.shape == (2, 8) and gpt.training
-    assert torch.equal(out, gpt.generate(torch.zeros(2, 3, dtype=torch.long), 5, temperature=0))
+    prompt = torch.zeros(2, 3, dtype=torch.long)
+    expected = gpt.generate(prompt, 5, temperature=0)
+    for name, way in contenders(gpt.eval(), None, 2, 8).items():
+        times, out = decode_times(way, prompt, 5)
+        assert len(times) == 5 and torch.equal(out, expected), name
 
 
 # --- misuse is caught, never silently wrong (issue 22) -----------------------------------------------------------

@@ -18,8 +18,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["KVCache", "CrossAttentionCache", "DecoderCache", "cache_nbytes", "causal_mask_with_offset",
-           "check_attention_cache", "check_decoder_cache"]
+__all__ = ["KVCache", "StaticKVCache", "CrossAttentionCache", "DecoderCache", "cache_nbytes",
+           "causal_mask_with_offset", "check_attention_cache", "check_decoder_cache"]
 
 
 def causal_mask_with_offset(new_len: int, offset: int, device: torch.device | str | None = None) -> Tensor:
@@ -164,6 +164,43 @@ class KVCache:
     def reset(self) -> None:
         """Forget everything: the next update starts a new sequence (any batch size)."""
         self._key = self._value = None
+        self._length = 0
+
+
+class StaticKVCache(KVCache):
+    """A :class:`KVCache` whose buffers hold ``max_len`` positions from the start, written in place.
+
+    ``update`` (used by the model's forward, e.g. for the prompt) keeps every check of :class:`KVCache`;
+    ``append`` is the unchecked hot path of :meth:`tfm_lesson.decoding.FastDecoder.step`. Neither ever reallocates: a sequence
+    longer than ``max_len`` is an error, not a copy.
+    """
+
+    def __init__(self, batch: int, kv_heads: int, max_len: int, d_k: int, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__(max_len)
+        for name, value in (("batch", batch), ("kv_heads", kv_heads), ("d_k", d_k)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self._key = torch.empty(batch, kv_heads, max_len, d_k, dtype=dtype, device=device)
+        self._value = torch.empty(batch, kv_heads, max_len, d_k, dtype=dtype, device=device)
+
+    def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        if self._length + key.size(2) > self._key.size(2):
+            raise ValueError(f"a StaticKVCache of max_len={self._key.size(2)} cannot take {key.size(2)} more "
+                             f"positions after {self._length}")
+        return super().update(key, value)
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Write ``key``, ``value`` ``(batch, kv_heads, new_len, d_k)`` after the stored positions, unchecked;
+        return every key and value so far (views of the buffers)."""
+        start = self._length
+        end = self._length = start + key.size(2)
+        self._key.narrow(2, start, end - start).copy_(key)
+        self._value.narrow(2, start, end - start).copy_(value)
+        return self._key.narrow(2, 0, end), self._value.narrow(2, 0, end)  # (batch, kv_heads, end, d_k) each
+
+    def reset(self) -> None:
+        """Forget the stored positions; the buffers stay (the next sequence must fit them)."""
         self._length = 0
 
 

@@ -1,4 +1,5 @@
-"""Turning a trained model into translations: greedy decoding and beam search, both batched.
+"""Turning a trained model into translations: greedy decoding and beam search, both batched; and
+:class:`FastDecoder`, cached decoding of a GPT with the per-token overhead cut (chapter 15's last section).
 
 Both run the encoder once (``model.encode``) and then add one token per step, reading the generator's
 prediction for the last position. With ``use_cache=True`` (the default, chapter 15) each step feeds only
@@ -22,19 +23,24 @@ for the GPU to finish; a few extra steps after the last row ended cost less, and
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._validate import check_positive_int
-from .cache import causal_mask_with_offset
+from ._validate import check_positive_int, check_tokens
+from .attention import MultiHeadAttention
+from .cache import StaticKVCache, causal_mask_with_offset
 from .device import follows_thread_rule
+from .feedforward import ACTIVATIONS, PositionwiseFeedForward
 from .masks import padding_mask
+from .norm import LayerNorm
 
 SYNC_EVERY = 8  # steps between checks of "has every row ended?" (each check copies one bool to the host)
 
-__all__ = ["greedy_decode", "beam_search", "sequence_log_prob", "translate", "encode_texts", "length_penalty"]
+__all__ = ["greedy_decode", "beam_search", "sequence_log_prob", "translate", "encode_texts", "length_penalty",
+           "FastDecoder"]
 
 
 @contextmanager
@@ -234,3 +240,134 @@ def translate(model: nn.Module, texts: Sequence[str], src_vocab, tgt_vocab, beam
                                  length_penalty_alpha, use_cache=use_cache)
         out.extend(tgt_vocab.decode(row) for row in tokens.tolist())  # one copy to the host per batch
     return out
+
+
+# --- fast cached decoding of a GPT (chapter 15, "Where the milliseconds went") ----------------------------------
+# A cached step of a small GPT needs a few million multiply-adds, a fraction of a millisecond of a laptop's
+# arithmetic. What ``model(token, cache)`` spends beyond that is paid again at every token: argument checks in every
+# module, the Q, K and V weights concatenated anew in every layer for the fused projection, the cache checked at
+# every append, autograd's bookkeeping, a few hundred small operator calls. FastDecoder pays each of those once,
+# when it is built, and then runs the same arithmetic: each layer's W^Q, W^K, W^V concatenated once and every
+# weight kept transposed for torch.addmm; a StaticKVCache (the whole context reserved, written in place); no mask
+# for the single new query, which may see every cached key; no checks in ``step``. The prompt goes through the
+# model's own forward, which fills the same caches. Blocks without a short path here (grouped-query or rotary
+# attention, chapter 16) take the model's own step. tests/test_fast_decode.py proves the tokens equal to uncached
+# decoding and the logits equal to 1e-5.
+
+
+def _affine(linear: nn.Linear) -> Callable[[Tensor], Tensor]:
+    """``linear`` as one ``addmm`` (or ``mm``) on 2-d input, with the weight transposed once."""
+    weight_t, bias = linear.weight.t(), linear.bias
+    if bias is None:
+        return lambda x: x @ weight_t
+    return lambda x: torch.addmm(bias, x, weight_t)
+
+
+def _norm(norm: nn.Module) -> Callable[[Tensor], Tensor]:
+    if isinstance(norm, LayerNorm) and not norm.explicit:  # the fused kernel, without the module's checks
+        shape, weight, bias, eps = (norm.d_model,), norm.weight, norm.bias, norm.eps
+        return lambda x: F.layer_norm(x, shape, weight, bias, eps)
+    return norm  # any other norm (RMSNorm): the module itself
+
+
+def _feed_forward(ff: nn.Module) -> Callable[[Tensor], Tensor]:
+    if isinstance(ff, PositionwiseFeedForward):
+        w_1, w_2, act = _affine(ff.w_1), _affine(ff.w_2), ACTIVATIONS[ff.activation]
+        return lambda x: w_2(act(w_1(x)))  # (batch, d_model) -> (batch, d_ff) -> (batch, d_model)
+    return lambda x: ff(x[:, None])[:, 0]  # any other network (SwiGLU): the module, on (batch, 1, d_model)
+
+
+class _FastBlock:
+    """One GPT block's step for a single new position, ``x (batch, d_model)``, with plain tensors."""
+
+    def __init__(self, block: nn.Module, cache: StaticKVCache) -> None:
+        attn: MultiHeadAttention = block.self_attn
+        self.cache, self.norm_first = cache, block.norm_first
+        self.heads, self.d_k = attn.heads, attn.d_k
+        weight = torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight])  # (3 d_model, d_model), once
+        bias = None if attn.w_q.bias is None else torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias])
+        weight_t = weight.t()
+        self.qkv = (lambda x: x @ weight_t) if bias is None else (lambda x: torch.addmm(bias, x, weight_t))
+        self.out = _affine(attn.w_o)
+        self.norm1, self.norm2 = _norm(block.norm1), _norm(block.norm2)
+        self.feed_forward = _feed_forward(block.feed_forward)
+
+    def _attend(self, h: Tensor) -> Tensor:
+        batch = h.size(0)
+        # (batch, 3 d_model) -> (batch, 3, heads, 1, d_k): q, k, v of the new position, heads split
+        q, k, v = self.qkv(h).view(batch, 3, self.heads, 1, self.d_k).unbind(1)
+        keys, values = self.cache.append(k, v)  # (batch, heads, cached + 1, d_k) each
+        out = F.scaled_dot_product_attention(q, keys, values)  # (batch, heads, 1, d_k): no mask for one query
+        return self.out(out.reshape(batch, self.heads * self.d_k))  # heads merged -> (batch, d_model)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.norm_first:
+            x = x + self._attend(self.norm1(x))
+            return x + self.feed_forward(self.norm2(x))
+        x = self.norm1(x + self._attend(x))
+        return self.norm2(x + self.feed_forward(x))
+
+
+class FastDecoder:
+    """Decode token by token from ``model`` (a :class:`tfm_lesson.GPT`), ``batch`` rows, up to ``max_len``
+    positions (prompt + new tokens; default the model's context).
+
+    Build it after the weights are final: it keeps the fused Q/K/V weights it makes at ``__init__``. The model
+    is put in eval mode (dropout off); call ``prefill(prompt)`` once, then ``step(token)`` per new token,
+    under ``torch.inference_mode()`` (``step`` does not enter it itself: that would cost at every token).
+    """
+
+    def __init__(self, model: nn.Module, batch: int, max_len: int | None = None) -> None:
+        config = model.config
+        max_len = config.max_len if max_len is None else max_len
+        check_positive_int(batch, "batch")
+        check_positive_int(max_len, "max_len")
+        if max_len > config.max_len:
+            raise ValueError(f"max_len={max_len} is more than the model's context of {config.max_len} positions")
+        self.model, self.max_len = model.eval(), max_len
+        weight = model.tok_embed.weight
+        self.caches = [StaticKVCache(batch, config.num_kv_heads, max_len, config.d_k, weight.dtype, weight.device)
+                       for _ in model.blocks]
+        with torch.no_grad():  # plain tensors (not inference tensors): usable in and out of inference mode
+            self._blocks = [_FastBlock(b, c) if type(b.self_attn) is MultiHeadAttention else _ModelBlock(b, c)
+                            for b, c in zip(model.blocks, self.caches)]
+        self._norm = None if model.norm is None else _norm(model.norm)
+        self._head = _affine(model.lm_head)
+
+    def __len__(self) -> int:
+        """Positions decoded so far (the position of the next token)."""
+        return len(self.caches[0])
+
+    def prefill(self, idx: Tensor) -> Tensor:
+        """Run the prompt ``idx (batch, len)`` through the model, filling the caches; the last position's logits
+        ``(batch, vocab)``."""
+        check_tokens(idx, "idx", self.model.config.vocab_size)
+        batch = self.caches[0]._key.size(0)
+        if idx.size(0) != batch or idx.size(1) == 0:
+            raise ValueError(f"idx must be shaped (batch={batch}, len >= 1), got {tuple(idx.shape)}")
+        if len(self) + idx.size(1) > self.max_len:
+            raise ValueError(f"idx has {idx.size(1)} tokens after {len(self)}, more than max_len={self.max_len}")
+        return self.model._logits(idx, self.caches, len(self))[:, -1]
+
+    def step(self, token: Tensor) -> Tensor:
+        """One new token per row, ``token (batch, 1)`` -> its logits ``(batch, vocab)``. Unchecked: the token
+        ids must be the model's own (in the vocabulary) and ``len(self) < max_len``."""
+        model, position = self.model, len(self)
+        x = F.embedding(token[:, 0], model.tok_embed.weight)  # (batch, d_model)
+        if model.positional is not None:
+            x = x + model.positional.encoding(1, position)  # (batch, d_model) + (1, d_model)
+        for block in self._blocks:
+            x = block(x)
+        if self._norm is not None:
+            x = self._norm(x)
+        return self._head(x)  # (batch, vocab)
+
+
+class _ModelBlock:
+    """A block without a short path here (grouped-query or rotary attention): the model's own step."""
+
+    def __init__(self, block: nn.Module, cache: StaticKVCache) -> None:
+        self.block, self.cache = block, cache
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.block(x[:, None], None, self.cache)[:, 0]  # (batch, 1, d_model) through the block

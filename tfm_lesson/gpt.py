@@ -25,11 +25,13 @@ from torch import Tensor, nn
 from ._validate import check_positive_int, check_probability, check_tokens, renamed_keywords
 from .attention import MultiHeadAttention
 from .cache import KVCache, causal_mask_with_offset
+from .decoding import FastDecoder
+from .device import follows_thread_rule
 from .feedforward import PositionwiseFeedForward
 from .modern import GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU
 from .norm import LayerNorm
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
-from .sampling import check_sampling, sample_next
+from .sampling import NAN_LOGITS, check_sampling, draw_next, sample_next
 
 __all__ = ["GPTConfig", "GPTBlock", "GPT", "causal_mask_with_offset"]
 
@@ -259,14 +261,15 @@ class GPT(nn.Module):
             x = self.norm(x)
         return self.lm_head(x)  # (batch, len, vocab_size)
 
-    @torch.no_grad()
+    @follows_thread_rule
     def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                  top_p: float | None = None, use_cache: bool = True,
                  generator: torch.Generator | None = None) -> Tensor:
         """Continue each row of ``idx`` ``(batch, len)`` by ``max_new_tokens`` tokens -> ``(batch, len +
         max_new_tokens)``.
 
-        Runs in eval mode without gradients (the training flag is restored after). ``temperature=0`` is
+        Runs in eval mode under ``torch.inference_mode`` (the training flag is restored after), with the package's
+        thread rule (``threads="auto"``: one thread for a small model on the CPU; see :func:`tfm_lesson.device.threads_for`). ``temperature=0`` is
         greedy; see :func:`tfm_lesson.sampling.sample_next`. ``use_cache=True`` feeds each new token alone
         and reuses the keys and values of the earlier ones; ``False`` recomputes the whole sequence at
         every step. Both give the same tokens. The prompt plus the new tokens must fit in the context: a
@@ -289,19 +292,35 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            cache = self.new_cache(total) if use_cache else None
-            logits = self._logits(idx, cache, 0)[:, -1]  # (batch, vocab): the whole prompt once
-            for t in range(length, total):
-                out[:, t] = sample_next(logits, temperature, top_k, top_p, generator)
-                if t + 1 == total:
-                    break
-                if use_cache:  # only the new token; its position is t = len(cache[0])
-                    logits = self._logits(out[:, t: t + 1], cache, t)[:, -1]
-                else:  # the whole sequence again
-                    logits = self._logits(out[:, : t + 1], None, 0)[:, -1]
+            with torch.inference_mode():  # no autograd bookkeeping at all (stronger than no_grad)
+                self._generate(out, length, temperature, top_k, top_p, use_cache, generator)
         finally:
             self.train(was_training)
         return out
+
+    def _generate(self, out: Tensor, length: int, temperature: float, top_k: int | None, top_p: float | None,
+                  use_cache: bool, generator: torch.Generator | None) -> None:
+        """Fill ``out[:, length:]`` (arguments checked by :meth:`generate`). With the cache: a
+        :class:`~tfm_lesson.decoding.FastDecoder` (checks and fused weights once, a static cache, one token per
+        step); without it: the whole sequence at every step."""
+        batch, total = out.shape
+        decoder = FastDecoder(self, batch, total) if use_cache else None
+        logits = decoder.prefill(out[:, :length]) if use_cache else self._logits(out[:, :length], None, 0)[:, -1]
+        nan_seen = torch.zeros((), dtype=torch.bool, device=out.device)  # greedy: checked once, at the end
+        for t in range(length, total):
+            if temperature == 0:
+                nan_seen |= logits.isnan().any()
+                out[:, t] = draw_next(logits, 0.0)  # the argmax; no read back to the host per step
+            else:  # sampling reads the logits back anyway (next_token_probs): the checked path
+                out[:, t] = sample_next(logits, temperature, top_k, top_p, generator)
+            if t + 1 == total:
+                break
+            if use_cache:  # only the new token; its position is t
+                logits = decoder.step(out[:, t: t + 1])
+            else:  # the whole sequence again
+                logits = self._logits(out[:, : t + 1], None, 0)[:, -1]
+        if bool(nan_seen):
+            raise ValueError(NAN_LOGITS)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{f.name}={getattr(self.config, f.name)!r}" for f in fields(self.config)

@@ -17,7 +17,12 @@ from torch import Tensor, nn
 from .data.tokenizer import BPETokenizer
 from .device import threads_for
 
-__all__ = ["filter_top_k", "filter_top_p", "next_token_probs", "sample_next", "check_sampling", "complete"]
+__all__ = ["filter_top_k", "filter_top_p", "next_token_probs", "sample_next", "draw_next", "check_sampling",
+           "complete"]
+
+
+NAN_LOGITS = ("logits hold NaN (the model's output is not a number: a diverged or broken model?); "
+              "no token can be chosen")
 
 
 def _check_logits(logits: object) -> Tensor:
@@ -126,8 +131,14 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
         raise ValueError(f"logits must be shaped (batch, vocab), got shape {tuple(logits.shape)}")
     check_sampling(temperature, top_k, top_p)
     if torch.isnan(logits).any():
-        raise ValueError("logits hold NaN (the model's output is not a number: a diverged or broken model?); "
-                         "no token can be chosen")
+        raise ValueError(NAN_LOGITS)
+    return draw_next(logits, temperature, top_k, top_p, generator)
+
+
+def draw_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+              generator: torch.Generator | None = None) -> Tensor:
+    """:func:`sample_next` without its checks, for a decoding loop that checked its arguments once (and its
+    logits for NaN in its own way). logits ``(batch, vocab)`` -> ids ``(batch,)``."""
     if temperature == 0:
         return logits.argmax(dim=-1)  # (batch,)
     probs = next_token_probs(logits, temperature, top_k, top_p)  # (batch, vocab)

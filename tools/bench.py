@@ -20,9 +20,13 @@ Sections:
 - ``chapters``: each ``notebooks/NN_*.ipynb`` executed in a fresh kernel (nbclient, nothing written back):
   wall time and the kernel's peak resident memory.
 - ``targets``: time for :func:`tfm_lesson.train.loop.train` to reach the course's training targets.
-- ``generation``: greedy generation from one :class:`tfm_lesson.GPT`, with and without the KV cache (same
-  model, same prompt, same tokens): time per generated token against its position, and tokens/s at
-  32, 128, 256 and 512 new tokens (see :func:`bench_generation`).
+- ``generation``: greedy generation from one :class:`tfm_lesson.GPT`: the fast cache (``FastDecoder``, what
+  ``GPT.generate`` uses), the model's forward with a cache, no cache, and ``transformers``' GPT-2 of the same
+  size with its own cache, side by side: ms per token at 32, 128, 256 and 512 new tokens, whole ``generate``
+  calls, and the ``torch.profiler`` table of one cached step (``tools/bench_generation.py``).
+
+``--load N`` starts N busy processes for the whole run (each stops itself after ``--load-seconds``; all are
+stopped at the end) and says so in the report: the figures under a known load, beside those of a quiet run.
 
 Contenders are interleaved (A B C D A B C D ...) and medians reported: a burst of load from another process
 hits every contender alike, so the ratios stay meaningful even when the absolute times do not.
@@ -49,15 +53,19 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout: its notebooks/ an
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tfm_lesson.train import cost  # noqa: E402
+from tfm_lesson.train.cli import cost  # noqa: E402
 from tfm_lesson.attention import MultiHeadAttention  # noqa: E402
 from tfm_lesson.interop import to_torch  # noqa: E402
 from tfm_lesson.masks import padding_mask  # noqa: E402
 from tfm_lesson.train.recipes import RECIPES  # noqa: E402
 from tfm_lesson.model import Transformer, TransformerConfig  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/: the generation section's module
+from bench_generation import LoadGenerator, bench_generation, decode_times, generation_markdown  # noqa: E402
+
 __all__ = ["interleaved", "machine_info", "matmul_peak", "training_flops", "bench_attention", "bench_step",
-           "bench_chapters", "bench_targets", "generation_step_times", "bench_generation", "write_report", "main"]
+           "bench_chapters", "bench_targets", "decode_times", "bench_generation", "LoadGenerator", "write_report",
+           "main"]
 
 SECTIONS = ("attention", "step", "chapters", "targets", "generation")
 
@@ -395,73 +403,6 @@ def bench_targets(device: torch.device, tasks: list[str] | None = None, slack: f
     return rows
 
 
-# ----------------------------------------------------------------------------------------------- generation
-def generation_step_times(model: nn.Module, prompt: Tensor, new_tokens: int, use_cache: bool,
-                          device: torch.device | str = "cpu") -> tuple[list[float], Tensor]:
-    """Greedy generation from a :class:`tfm_lesson.GPT`, timed token by token.
-
-    Returns the seconds each new token took (the first includes the prompt's pass) and the tokens
-    ``(batch, prompt_len + new_tokens)``. With ``use_cache`` each step feeds one token; without it, the
-    whole sequence so far.
-    """
-    device = torch.device(device)
-    was_training = model.training
-    model.eval()
-    times: list[float] = []
-    out = prompt
-    try:
-        with torch.no_grad():
-            cache = model.new_cache(prompt.size(1) + new_tokens) if use_cache else None
-            for t in range(new_tokens):
-                _sync(device)
-                start = time.perf_counter()
-                if t == 0:
-                    logits = model(prompt, cache)[:, -1]  # (batch, vocab)
-                else:
-                    logits = model(out[:, -1:], cache)[:, -1] if use_cache else model(out)[:, -1]
-                out = torch.cat([out, logits.argmax(dim=-1, keepdim=True)], dim=1)
-                _sync(device)
-                times.append(time.perf_counter() - start)
-    finally:
-        model.train(was_training)
-    return times, out
-
-
-def bench_generation(device: torch.device, quick: bool = False, repeats: int | None = None) -> dict:
-    """Cached against uncached greedy generation of 512 tokens (quick: 64) from a 16-token prompt, with a GPT of
-    4 layers, d_model 256, 8 heads (quick: 2 layers, d_model 64). Runs alternate (cached, uncached, cached, ...);
-    each position's time is the median over ``repeats`` runs; tokens/s at N new tokens is N over the summed
-    medians of the first N positions."""
-    from tfm_lesson.gpt import GPT, GPTConfig
-
-    new_tokens = 64 if quick else 512
-    repeats = repeats or (1 if quick else 3)
-    size = dict(d_model=64, heads=4, d_ff=256, num_layers=2) if quick else \
-        dict(d_model=256, heads=8, d_ff=1024, num_layers=4)
-    torch.manual_seed(0)
-    config = GPTConfig(vocab_size=1024, max_len=16 + new_tokens, **size)
-    model = GPT(config).to(device)
-    prompt = torch.randint(0, config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0)).to(device)
-    runs: dict[str, list[list[float]]] = {"cached": [], "uncached": []}
-    tokens = {}
-    generation_step_times(model, prompt, 8, True, device)  # warm-up
-    for _ in range(repeats):
-        for name in runs:
-            times, tokens[name] = generation_step_times(model, prompt, new_tokens, name == "cached", device)
-            runs[name].append(times)
-    per_token = {name: [statistics.median(col) for col in zip(*r)] for name, r in runs.items()}
-    counts = [n for n in (32, 128, 256, 512) if n <= new_tokens]
-    tokens_per_s = {name: {n: n / sum(t[:n]) for n in counts} for name, t in per_token.items()}
-    positions = [p for p in (1, 32, 128, 256, 512) if p <= new_tokens]
-    return dict(config={k: getattr(config, k) for k in ("vocab_size", "d_model", "heads", "d_ff", "num_layers")},
-                batch=1, prompt=16, new_tokens=new_tokens, repeats=repeats,
-                same_tokens=bool(torch.equal(tokens["cached"], tokens["uncached"])),
-                ms_per_token={name: [1e3 * x for x in t] for name, t in per_token.items()},
-                ms_at_position={name: {p: 1e3 * t[p - 1] for p in positions} for name, t in per_token.items()},
-                tokens_per_s=tokens_per_s,
-                speedup={n: tokens_per_s["cached"][n] / tokens_per_s["uncached"][n] for n in counts})
-
-
 # ----------------------------------------------------------------------------------------------- report
 def _f(x: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if x is None else fmt.format(x)
@@ -477,7 +418,15 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
              f"- torch {m['torch']}, {m['threads']} threads, device `{m['device']}`"
              f"{', bf16 autocast' if result['amp'] else ', float32'}; Python {m['python']}",
              f"- run: {m['date']}, load average at start {m['load_average']}, "
-             f"mode {'quick' if result['quick'] else 'full'}; medians of interleaved runs", ""]
+             f"mode {'quick' if result['quick'] else 'full'}; medians of interleaved runs"]
+    if "load_average_end" in m:
+        lines.append(f"- load average at the end {m['load_average_end']}")
+    if "load_generator" in result:
+        lg = result["load_generator"]
+        lines.append(f"- **load generator: this run started {lg['processes']} busy processes** (pure-Python loops) "
+                     f"at {lg['started']} and stopped them at {lg.get('stopped', '?')}; load average when they were "
+                     f"stopped: {lg.get('load_average_at_stop')}")
+    lines.append("")
     if "matmul_peak_flops" in result:
         lines += [f"Float32 square matmul, timed alone after the steps (best of 5): "
                   f"{result['matmul_peak_flops'] / 1e9:.1f} GFLOP/s.", ""]
@@ -530,20 +479,7 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
                          f"exact {test['exact_match']:.1f}, BLEU {test['bleu']:.1f} |")
         lines.append("")
     if "generation" in result:
-        g = result["generation"]
-        c = g["config"]
-        lines += ["## Generation with and without the KV cache (greedy, batch 1)", "",
-                  f"GPT with {c['num_layers']} layers, d_model {c['d_model']}, {c['heads']} heads, d_ff {c['d_ff']}, "
-                  f"vocabulary {c['vocab_size']}; prompt {g['prompt']} tokens; median of {g['repeats']} runs per "
-                  f"position; same tokens with and without the cache: {'yes' if g['same_tokens'] else 'NO'}.", "",
-                  "| new tokens | cached tok/s | uncached tok/s | cached / uncached |", "|---|---|---|---|"]
-        for n, speed in g["speedup"].items():
-            lines.append(f"| {n} tokens | {g['tokens_per_s']['cached'][n]:.0f} | {g['tokens_per_s']['uncached'][n]:.0f} | "
-                         f"{speed:.1f}x |")
-        lines += ["", "| position of the token | cached ms | uncached ms |", "|---|---|---|"]
-        for p, ms in g["ms_at_position"]["cached"].items():
-            lines.append(f"| token {p} | {ms:.2f} | {g['ms_at_position']['uncached'][p]:.2f} |")
-        lines.append("")
+        lines += generation_markdown(result["generation"])
     for note in result.get("notes", []):
         lines.append(f"- {note}")
     (out / "bench.md").write_text("\n".join(lines) + "\n")
@@ -563,24 +499,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--amp", choices=("auto", "on", "off"), default="auto",
                    help="bf16 autocast: auto = on for cuda, off for cpu")
+    p.add_argument("--load", type=int, default=0,
+                   help="start N busy processes for the whole run (a known load); stopped at the end")
+    p.add_argument("--load-seconds", type=float, default=3600.0,
+                   help="each load process stops itself after this many seconds (default 3600)")
+    p.add_argument("--no-transformers", action="store_true", help="generation: leave transformers' GPT-2 out")
     p.add_argument("--notebooks", type=Path, default=ROOT / "notebooks", help="where NN_*.ipynb live")
     return p
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = build_parser().parse_args(argv)
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = set(sections) - set(SECTIONS)
-    if unknown:
-        raise SystemExit(f"--sections: unknown {sorted(unknown)}; choose from {','.join(SECTIONS)}")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA GPU is visible")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    amp = args.amp == "on" or (args.amp == "auto" and device.type == "cuda")
-    result: dict = dict(machine=machine_info(device), quick=args.quick, amp=amp, sections=sections, notes=[])
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+def _run_sections(args: argparse.Namespace, sections: list[str], device: torch.device, amp: bool, result: dict,
+                  say: Callable[[str], None]) -> None:
     started = time.perf_counter()
     if "attention" in sections:
         say("attention ...")
@@ -607,7 +536,39 @@ def main(argv: list[str] | None = None) -> dict:
             result["targets"] = bench_targets(device)
     if "generation" in sections:
         say("generation with and without the KV cache ...")
-        result["generation"] = bench_generation(device, args.quick, args.repeats)
+        result["generation"] = bench_generation(device, args.quick, args.repeats,
+                                                with_transformers=not args.no_transformers)
+    result["sections_seconds"] = time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"--sections: unknown {sorted(unknown)}; choose from {','.join(SECTIONS)}")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA GPU is visible")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    amp = args.amp == "on" or (args.amp == "auto" and device.type == "cuda")
+    result: dict = dict(machine=machine_info(device), quick=args.quick, amp=amp, sections=sections, notes=[])
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    started = time.perf_counter()
+    if args.load < 0:
+        raise SystemExit(f"--load must be >= 0, got {args.load}")
+    load = LoadGenerator(args.load, args.load_seconds) if args.load else nullcontext()
+    with load:
+        if args.load:
+            result["load_generator"] = load.info
+            say(f"load generator: {args.load} busy processes started (pids {load.info['pids']}), each stopping "
+                f"itself after {args.load_seconds:.0f} s; stopped at the end of the run")
+        _run_sections(args, sections, device, amp, result, say)
+    if args.load:
+        result["load_generator"] = load.info
+        say(f"load generator stopped at {load.info['stopped']}")
+    result["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     result["seconds"] = time.perf_counter() - started
     md, js = write_report(result, args.out)
     say(f"wrote {md} and {js} in {result['seconds']:.0f} s")

@@ -433,6 +433,101 @@ print(f"128 tokens: cached {1e3 * 128 / sum(smooth(a)):.0f} tok/s, uncached {1e3
       "(from the running medians, as in the table)")
 
 # %% [markdown]
+# ## Where the milliseconds went
+#
+# "The math" counted the arithmetic of one cached step: for this chapter's model a few hundred thousand
+# multiply-adds per token, which a laptop core does in well under a millisecond. Compare that with the
+# cached times per token the table above printed: most of a cached step is not arithmetic. To see what it is,
+# `torch.profiler` records every **operator** a step calls (an operator is one call into torch's C++ library:
+# a matrix product, an addition, a copy, a reshaping view) and how long each one ran on its own, its *self*
+# time. Adding up the self times of all operators and subtracting them from the step's time leaves the time
+# spent *outside* the operators: Python running the modules, argument checks, torch deciding which kernel to
+# call.
+#
+# `profile_decoding` from `tfm_lesson.look.profile` profiles one cached step of a GPT, after a 16-token
+# prompt, three ways:
+#
+# - **torch.cat cache**: `gpt(token, cache)` with a cache that appends with `torch.cat`, as you did by hand at
+#   the start of "Build it";
+# - **KVCache**: `gpt(token, cache)` with the package's cache, written in place into a reserved buffer (the
+#   one used all through this chapter);
+# - **FastDecoder**: `tfm_lesson.decoding.FastDecoder`, the path `GPT.generate` takes. It runs the same
+#   arithmetic on the same weights, but does once, when it is built, what the model's forward does at every
+#   token: it concatenates each layer's $W^Q, W^K, W^V$ into one matrix (the fused projection that
+#   `MultiHeadAttention` builds anew at every call), reserves the whole cache, and checks its arguments. A
+#   step then builds no mask (one new query may see every cached key), checks nothing and runs under
+#   `torch.inference_mode` (no bookkeeping for gradients).
+#
+# Each printed figure is the median over 20 steps, in milliseconds per step; the last two rows count the
+# operators called from Python and all Python calls in one step.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from tfm_lesson.look.profile import compare_profiles, profile_decoding
+
+profiles = profile_decoding(gpt, prompt_len=16, steps=20)
+print(compare_profiles(profiles))
+
+# %% [markdown]
+# Read the columns from left to right. The two rows at the bottom do not depend on the machine: the
+# `torch.cat cache` and `KVCache` columns make about the same number of operator calls and hundreds of Python
+# calls per step; `FastDecoder` makes fewer operator calls and far fewer Python calls. The first row is the
+# step's time on your machine. In the rows below it, the arithmetic (matrix products, attention) is about the
+# same in every column, as it should be: it did not change. What `FastDecoder` removed is in the other rows:
+# copies, the views and element-wise work around the products, the guards, and the time outside the operators.
+# (The profiler adds a little to every operator it records, so for a step with few Python calls the "outside"
+# row can read 0; other programs running at the same time move every time row.)
+#
+# Which operators were called, and how often, in one step of each (the count is per step):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for label, p in profiles.items():
+    calls = {name.removeprefix("aten::"): round(n) for name, n, _ in p.ops}
+    print(f"{label:15}: torch.cat {calls.get('cat', 0)}, matrix products {calls.get('addmm', 0) + calls.get('mm', 0)}")
+
+# %% [markdown]
+# The `torch.cat cache` copies each layer's whole cache into a new tensor at every step (two `torch.cat` per
+# layer: keys and values) and, like `KVCache`, concatenates $W^Q, W^K, W^V$ and their biases (two more per
+# layer) for the fused projection. (The one more in each of those two columns
+# comes from the check of the token ids, which stacks the smallest and the largest id into one tensor:
+# `torch.stack` calls `torch.cat`.) `FastDecoder` calls `torch.cat` not once. All three make the same matrix
+# products: one fused Q/K/V product, the output projection and two feed-forward products per layer, plus the
+# output layer.
+#
+# The operators that took the most time in one step, with the package's cache and with `FastDecoder`:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(profiles["KVCache"].table(top=8))
+print()
+print(profiles["FastDecoder"].table(top=8))
+
+# %% [markdown]
+# Finally the whole generation: `gpt.generate` (the `FastDecoder` path) against `time_per_token` from "See it"
+# with the cache, the same 512 tokens after the same prompt. `generate`, like the package's other decoders, runs
+# a model this small on one CPU thread (the thread rule of chapter 11), so the cell runs `time_per_token` under
+# the same rule, `T.device.threads_for`, and times the two one after the other.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+with T.device.threads_for(gpt, device):
+    loop_times, loop_tokens = time_per_token(gpt, prompt, 512, use_cache=True)
+start = time.perf_counter()
+generated = gpt.generate(prompt, 512, temperature=0)
+fast_path = time.perf_counter() - start
+print("generate: the same 512 tokens as time_per_token:", torch.equal(generated, loop_tokens))
+print(f"tokens per second: generate (FastDecoder) {512 / fast_path:.0f}, gpt(token, cache) {512 / sum(loop_times):.0f}"
+      f" ({sum(loop_times) / fast_path:.1f}x)")
+
+# %% [markdown]
+# The cache removed the repeated arithmetic. What is left of a cached step of a model this small is largely
+# overhead paid once per token, and the profile above shows how much of it there is on your machine; building
+# the step so that each of those costs is paid once per generation removes most of it, without changing a single
+# number the model computes. The lesson carries over to any small model or small batch: when a step's
+# arithmetic is small, count its operator calls and its Python calls before you look at the arithmetic.
+
+# %% [markdown]
 # ## Exercises
 #
 # ### Exercise 1: one attention step with a cache
@@ -575,6 +670,9 @@ T.quiz.show("15")
 # - The time per token grows far more slowly with the cache than without it (attention over the cache still
 #   grows with the length); the filled cache costs $2 \times \text{layers} \times \text{batch} \times \text{heads} \times d_k \times \text{length}
 #   \times \text{bytes}$ of memory, which for large models and long contexts becomes the limit.
+# - A small model's cached step is mostly overhead: operator calls, Python, checks, copies. `torch.profiler` shows
+#   where it goes; `FastDecoder` (what `GPT.generate` uses) does the checks and the weight concatenation once and
+#   writes the cache in place, the same tokens with fewer calls per step.
 #
 # Next, chapter 16 brings the block up to date: RMSNorm, rotary positions, SwiGLU and grouped-query attention,
 # which shrinks this cache.
