@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout: its notebooks/ an
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tfm_lesson.train.cli import cost  # noqa: E402
+from tfm_lesson.train import cost  # noqa: E402
 from tfm_lesson.attention import MultiHeadAttention  # noqa: E402
 from tfm_lesson.interop import to_torch  # noqa: E402
 from tfm_lesson.masks import padding_mask  # noqa: E402
