@@ -50,6 +50,10 @@ def _no_bias(c):
     (_no_bias, "biases are missing"), (lambda c: params_by_parts(c) - c.max_len * c.d_model, "learned positions"),
     (lambda c: params_by_parts(c) - c.d_model * (2 if c.bias else 1), "final layer norm"),
     (lambda c: params_by_parts(c) + 1, "expected"), (lambda c: None, "returned NoneType"),
+    # the bias rules a learner guesses (a learner's read of the chapter: each got the generic message before)
+    (lambda c: params_by_parts(c) + (0 if c.bias else (2 * c.num_layers + 1) * c.d_model), "lose their shift"),
+    (lambda c: params_by_parts(c) - (c.num_layers * (c.d_ff + c.d_model) if c.bias else 0), "feed-forward's biases"),
+    (lambda c: params_by_parts(c) + (0 if c.tie_embeddings else c.vocab_size), "generator has no bias"),
 ])
 def test_params_slips(fn, hint):
     _raises(check_params, fn, hint)

@@ -26,6 +26,15 @@ CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
 
 pytestmark = pytest.mark.slow  # each submission runs in its own kernel: several seconds each
 
+try:  # the grader sandboxes every submission with bubblewrap; where it cannot run, the class is graded without
+    from tfm_lesson.course.sandbox import SandboxUnavailable, check_sandbox
+
+    check_sandbox()
+    SANDBOX: list[str] = []
+except SandboxUnavailable:
+    SANDBOX = ["--no-sandbox"]
+needs_sandbox = pytest.mark.skipif(bool(SANDBOX), reason="bubblewrap cannot run here")
+
 
 def _chapter():
     return nbformat.read(CHAPTER, as_version=4)
@@ -62,6 +71,20 @@ class MyMultiHeadAttention(T.MultiHeadAttention):  # the package's reference doe
 """
 
 
+SNOOP = """\
+import os, subprocess, sys
+for _try in (lambda: open({out!r} + "/stolen.txt", "w").write(open({chapter!r}).read()),  # the solutions, copied out
+             lambda: open({out!r} + "/planted.txt", "w").write("x"),  # a file beside the grades
+             lambda: os.listdir("/proc/" + str(os.getppid()) + "/cwd")):
+    try:
+        _try()
+    except Exception:
+        pass
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(6); open({out!r} + '/late.txt', 'w').write('x')"],
+                 start_new_session=True)  # a process meant to outlive the grade
+"""
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One class of five submissions, graded once through the command line (two at a time)."""
@@ -86,11 +109,13 @@ def graded(tmp_path_factory):
     _write(hostile, subs / "hostile.ipynb")
     hog = _with(right, 3, "x = bytearray(64 * 2**30)\n" + chapter["cells"][ex3.solution_index]["source"])
     _write(hog, subs / "memory_hog.ipynb")
+    snoop = _with(right, 1, SNOOP.format(chapter=CHAPTER, out=tmp) + right["cells"][exercises(chapter)[0].answer_index]["source"])
+    _write(snoop, subs / "snoop.ipynb")
     (subs / "notes.ipynb").write_text("these are my notes, not a notebook")
     (subs / "zero.ipynb").write_bytes(b"")
     out = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "grade", str(CHAPTER), str(subs),
                           "--csv", str(tmp / "grades.csv"), "--feedback", str(tmp / "feedback"), "--timeout", "20",
-                          "--jobs", "2"], capture_output=True, text=True, cwd=ROOT, timeout=900)
+                          "--jobs", "2", *SANDBOX], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert out.returncode == 0, out.stderr
     with open(tmp / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -100,7 +125,7 @@ def graded(tmp_path_factory):
 
 def test_csv_has_one_row_per_submission_and_exercise(graded):
     table, _, _ = graded
-    assert len(table) == 7 * 3
+    assert len(table) == 8 * 3
     assert all(set(r) == {"submission", "exercise", "passed", "points", "max_points", "message"}
                for r in table.values())
     assert table[("correct", 3)]["exercise"] == "Exercise 3: the whole module"
@@ -220,3 +245,26 @@ def test_every_chapter_scores_full_marks_with_its_own_solutions(tmp_path):
               if not r.passed}
     assert failed == {}
     assert all(len(g.results) >= 3 for g in graded)
+
+
+@needs_sandbox
+def test_a_snooping_submission_reaches_nothing_outside_its_sandbox(graded):
+    """It could not read the chapter, write beside the grades or leave a process behind; its answers still count."""
+    import time
+
+    table, feedback, _ = graded
+    out = feedback.parent
+    time.sleep(7)  # longer than the process it started waits
+    assert not any((out / name).exists() for name in ("stolen.txt", "planted.txt", "late.txt"))
+    assert table[("snoop", 1)]["passed"] == "True" and table[("snoop", 2)]["passed"] == "True"
+
+
+def test_without_bubblewrap_grading_refuses_before_it_starts(tmp_path, monkeypatch):
+    """No sandbox to be had: a usage error that names the way out, before any submission runs."""
+    from tfm_lesson.course import CourseError
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    sub = _write(student_copy(_chapter()), tmp_path / "s.ipynb")
+    with pytest.raises(CourseError, match="bubblewrap.*--no-sandbox"):
+        grading.grade(CHAPTER, [sub], tmp_path / "g.csv")
+    assert not (tmp_path / "g.csv").exists()

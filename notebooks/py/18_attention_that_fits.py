@@ -742,8 +742,8 @@ T.quiz.show("18")
 #   That is why the cache's size, grouped-query attention and the number of bytes per weight matter so much
 #   for generation, and why prefill, compute-bound, is where fused attention kernels pay off most.
 #
-# This is the last chapter. Where to go from here: the FlashAttention-2 paper (Dao, 2023) for how the work is
-# split between a GPU's cores, and PyTorch's `scaled_dot_product_attention` documentation for the back ends it
+# Chapter 19 asks what all this costs: parameters, FLOPs and memory counted, and what a larger model buys. To go
+# further here: the FlashAttention-2 paper (Dao, 2023) for how the work is split between a GPU's cores, and PyTorch's `scaled_dot_product_attention` documentation for the back ends it
 # chooses between.
 
 # %% [markdown]

@@ -50,6 +50,12 @@ PARAM_MISTAKES: dict[str, Callable[[GPTConfig], int]] = {
         lambda c: parameter_count(c) - c.d_model * (2 if c.bias else 1),
     "the learned positions are missing: an embedding of max_len x d_model":
         lambda c: parameter_count(c) - c.max_len * c.d_model,
+    "with bias=False the layer norms lose their shift too (only the gain, d_model each): you kept 2 d_model per norm":
+        lambda c: parameter_count(c) + (0 if c.bias else (2 * c.num_layers + 1) * c.d_model),
+    "the feed-forward's biases are missing: with bias=True its two nn.Linear layers hold d_ff + d_model biases per "
+    "layer": lambda c: parameter_count(c) - (c.num_layers * (c.d_ff + c.d_model) if c.bias else 0),
+    "the generator has no bias (untied or tied): its (vocab, d_model) matrix is all; you added vocab_size":
+        lambda c: parameter_count(c) + (0 if c.tie_embeddings else c.vocab_size),
 }
 
 

@@ -182,7 +182,7 @@ def _all_zero(name: str, exs: list[Exercise], reason: str, notes: list[str] | No
 
 
 def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int,
-              memory_mb: int, name: str | None = None) -> Graded:
+              memory_mb: int, name: str | None = None, sandbox: bool = False) -> Graded:
     """Grade one submission; never raises for anything the submission does."""
     import nbclient.exceptions  # noqa: F401  (the grader's own dependency: missing, it raises here, not as a score)
 
@@ -200,7 +200,7 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         if found[ex.number] is None:
             outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
     with tempfile.TemporaryDirectory(prefix="tfm-grade-") as work:
-        kernel = Kernel(kernel_dir, Path(work), timeout)
+        kernel = Kernel(kernel_dir, Path(work), timeout, sandbox=sandbox)
         try:
             kernel.start()
         except Exception as exc:
@@ -234,13 +234,25 @@ def submissions(paths: list[Path]) -> list[Path]:
 
 
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
-          timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1) -> list[Graded]:
-    """Grade every submission against ``chapter_path``; write the CSV (and the feedback pages). CourseError for an
-    instructor's mistake (a chapter without solutions, a missing path), before anything runs."""
+          timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
+          sandbox: bool = True) -> list[Graded]:
+    """Grade every submission against ``chapter_path``; write the CSV (and the feedback pages). Each submission's
+    kernel runs in the sandbox (:mod:`tfm_lesson.course.sandbox`) unless ``sandbox`` is False. CourseError for an
+    instructor's mistake (a chapter without solutions, a missing path, no sandbox to be had), before anything runs."""
     import nbformat
 
     if timeout <= 0 or memory_mb < 0 or jobs < 1:
         raise CourseError("--timeout must be > 0 seconds, --memory >= 0 MB (0 = no limit), --jobs >= 1")
+    if sandbox:
+        from .sandbox import SandboxUnavailable, check_sandbox
+
+        try:
+            check_sandbox()
+        except SandboxUnavailable as exc:
+            raise CourseError(str(exc)) from None
+    else:
+        print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
+              "your files; every feedback page says so", flush=True)
     try:
         chapter = nbformat.read(chapter_path, as_version=4)
     except Exception as exc:
@@ -253,9 +265,11 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
         start = time.perf_counter()
 
         def one(path: Path) -> Graded:
-            g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb)
+            g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox)
+            g.sandboxed = sandbox
             score = sum(r.points for r in g.results)
-            print(f"{path}: {score} / {sum(e.points for e in exs)} ({g.seconds:.1f} s)", flush=True)
+            print(f"{path}: {score} / {sum(e.points for e in exs)} ({g.seconds:.1f} s)"
+                  + ("" if sandbox else ", without a sandbox"), flush=True)
             return g
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:

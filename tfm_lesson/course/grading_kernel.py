@@ -32,12 +32,29 @@ def cell_error(cell: Any) -> str | None:
 
 
 class Kernel:
-    """A kernel for one submission, restartable; runs cells one at a time under the time limit."""
+    """A kernel for one submission, restartable; runs cells one at a time under the time limit. With ``sandbox``,
+    the kernel runs inside :mod:`tfm_lesson.course.sandbox` (its scratch folder and the folder of its connection's
+    sockets are under ``workdir``; it talks over Unix sockets, since it has no network)."""
 
-    def __init__(self, kernel_dir: Path, workdir: Path, timeout: int):
-        self.kernel_dir, self.workdir, self.timeout = kernel_dir, workdir, timeout
+    def __init__(self, kernel_dir: Path, workdir: Path, timeout: int, sandbox: bool = False):
+        self.kernel_dir, self.workdir, self.timeout, self.sandbox = kernel_dir, workdir, timeout, sandbox
         self.client: Any = None
         self.context: Any = None
+
+    def _sandboxed_spec(self) -> Path:
+        """A copy of the kernel spec whose command runs in the sandbox; returns the folder that holds it."""
+        from .sandbox import sandbox_command
+
+        spec = json.loads((self.kernel_dir / "tfm-grade" / "kernel.json").read_text())
+        scratch, sockets = self.workdir / "scratch", self.workdir / "sockets"
+        for folder in (scratch, sockets):
+            folder.mkdir(parents=True, exist_ok=True)
+        spec["argv"] = sandbox_command(spec["argv"], scratch=scratch, shared=[sockets], env=spec.get("env", {}))
+        spec["env"] = {}
+        out = self.workdir / "spec"
+        (out / "tfm-grade").mkdir(parents=True, exist_ok=True)
+        (out / "tfm-grade" / "kernel.json").write_text(json.dumps(spec))
+        return out
 
     def start(self) -> None:
         import nbformat
@@ -45,12 +62,18 @@ class Kernel:
         from jupyter_client.kernelspec import KernelSpecManager
         from nbclient import NotebookClient
 
+        spec_dir = self._sandboxed_spec() if self.sandbox else self.kernel_dir
         km = AsyncKernelManager(kernel_name="tfm-grade", kernel_spec_manager=KernelSpecManager(
-            kernel_dirs=[str(self.kernel_dir)], ensure_native_kernel=False))
+            kernel_dirs=[str(spec_dir)], ensure_native_kernel=False))
+        if self.sandbox:  # Unix sockets in a folder both sides see
+            km.transport = "ipc"
+            km.ip = str(self.workdir / "sockets" / "kernel")
+            km.connection_file = str(self.workdir / "sockets" / "connection.json")
         self.client = NotebookClient(nbformat.v4.new_notebook(), km=km, timeout=self.timeout, allow_errors=True,
                                      interrupt_on_timeout=False, shutdown_kernel="immediate", startup_timeout=120,
                                      resources={"metadata": {"path": str(self.workdir)}})
-        self.context = self.client.setup_kernel(stderr=subprocess.DEVNULL)  # the kernel's own warnings
+        # the kernel process's own warnings and connection notice: what the code prints comes over the connection
+        self.context = self.client.setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.context.__enter__()
 
     def stop(self) -> None:

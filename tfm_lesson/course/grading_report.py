@@ -34,6 +34,7 @@ class Graded:
     results: list[Result]
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    sandboxed: bool = True  # False: graded with --no-sandbox, which every report says
 
 
 def write_csv(graded: list[Graded], path: Path) -> None:
@@ -54,6 +55,8 @@ def feedback_page(g: Graded, chapter_name: str) -> str:
     total = sum(r.points for r in g.results)
     top = sum(r.exercise.points for r in g.results)
     lines = [f"# {chapter_name}: {Path(g.submission).name}", "", f"**Score: {total} / {top}**", ""]
+    if not g.sandboxed:
+        lines += ["Graded without a sandbox (`--no-sandbox`): the code ran with the grader's own rights.", ""]
     for r in g.results:
         mark = "passed" if r.passed else "not passed"
         lines += [f"## {r.exercise.title}: {r.points} / {r.exercise.points} ({mark})", ""]

@@ -43,10 +43,12 @@ def _package_root() -> Path:
     return Path(__file__).resolve().parent.parent  # .../tfm_lesson
 
 
-def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), bwrap: str | None = None) -> list[str]:
+def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), env: dict[str, str] | None = None,
+                    bwrap: str | None = None) -> list[str]:
     """``argv`` wrapped so that it runs in the sandbox, with ``scratch`` (read-write) as its working folder and
-    ``HOME``, and each folder of ``shared`` read-write at its own path (the kernel's connection folder). Raises
-    :class:`SandboxUnavailable` where bubblewrap is missing."""
+    ``HOME``, each folder of ``shared`` read-write at its own path (the kernel's connection folder), and nothing of the
+    caller's environment but ``env`` and a few settings the course reads. Raises :class:`SandboxUnavailable` where
+    bubblewrap is missing."""
     bwrap = bwrap or shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable(
@@ -68,14 +70,15 @@ def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), 
         folder = Path(folder).resolve()
         args += ["--bind", str(folder), str(folder)]
     scratch = Path(scratch).resolve()
-    env = {"HOME": str(scratch), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+    variables = {"HOME": str(scratch), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
            "PYTHONPATH": str(_package_root().parent), "MPLCONFIGDIR": str(scratch / ".matplotlib"),
            "TMPDIR": "/tmp"}
     for key in ("TFM_CHECK_TIME_LIMIT", "TFM_DEVICE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MPLBACKEND",
                 "PYTHONHASHSEED", "HF_HUB_OFFLINE"):
         if key in os.environ:
-            env[key] = os.environ[key]
-    for key, value in sorted(env.items()):
+            variables[key] = os.environ[key]
+    variables.update(env or {})
+    for key, value in sorted(variables.items()):
         args += ["--setenv", key, value]
     return [*args, "--chdir", str(scratch), "--", *argv]
 
