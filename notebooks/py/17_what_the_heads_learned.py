@@ -234,8 +234,9 @@ print(f"the repeated half's loss first falls below half of the first half's at s
 
 # %% [markdown]
 # Read the two figures together. The loss on the first half never falls below the uniform guess's: those
-# tokens are random, and nothing can be learnt about them. (Once the model copies, it even rises a little
-# above it: the model now bets on tokens it has already seen, a bad bet in a random first half.) The loss on
+# tokens are random, and nothing can be learnt about them. (Once the model copies, it even rises above it, by
+# the difference of the two numbers the cell above printed: the model now bets on tokens it has already seen, a
+# bad bet in a random first half.) The loss on
 # the repeated half stays flat for hundreds of steps, then falls steeply (the cell above prints the step where
 # it crosses half of the first half's loss). The two scores rise at the same moment: the previous-token head
 # and the induction head form *together*, as the K-composition argument predicts, since neither is any use
