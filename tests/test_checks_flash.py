@@ -63,8 +63,9 @@ def test_online_softmax_stub_and_shape():
 # tiled attention ----------------------------------------------------------------------------------------------------
 def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=True, rescale_acc=True,
                   per_tile=False, local_causal=False, guard=True, guard_end_only=False, inverted=False, update=True,
-                  drop_last=False, scale=True, strict=False, skip="none", mask_with_causal=True):
+                  drop_last=False, scale=True, strict=False, skip="none", mask_with_causal=True, top_left=False):
     q_len, k_len = q.size(2), k.size(2)
+    offset = 0 if top_left else k_len - q_len  # the queries are the sequence's last positions
     out = torch.zeros(*q.shape[:3], v.size(-1))
     for q0 in range(0, q_len, block_size):
         q1 = min(q0 + block_size, q_len)
@@ -73,18 +74,18 @@ def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=T
         acc = torch.zeros(*q.shape[:2], q1 - q0, v.size(-1))
         for k0 in range(0, k_len - block_size + 1 if drop_last else k_len, block_size):
             k1 = min(k0 + block_size, k_len)
-            if causal and skip == "right" and k0 > q1 - 1:  # the whole tile lies above the diagonal
+            if causal and skip == "right" and k0 > q1 - 1 + offset:  # the whole tile lies above the diagonal
                 break
-            if causal and skip == "diagonal" and k0 >= q0:  # the slip: the diagonal tile goes too
+            if causal and skip == "diagonal" and k0 >= q0 + offset:  # the slip: the diagonal tile goes too
                 break
             s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / (math.sqrt(q.size(-1)) if scale else 1.0)
             if causal:
                 if local_causal:  # the classic slip: row and column inside the tile
                     visible = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool).tril()
                 elif strict:
-                    visible = torch.arange(k0, k1)[None, :] < torch.arange(q0, q1)[:, None]
+                    visible = torch.arange(k0, k1)[None, :] < torch.arange(q0, q1)[:, None] + offset
                 else:
-                    visible = torch.arange(k0, k1)[None, :] <= torch.arange(q0, q1)[:, None]
+                    visible = torch.arange(k0, k1)[None, :] <= torch.arange(q0, q1)[:, None] + offset
                 s = s.masked_fill(~visible, float("-inf"))
             if mask is not None and (mask_with_causal or not causal):
                 s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
@@ -130,6 +131,7 @@ def test_tiled_attention_right_answers_pass(capsys):
     (dict(skip="diagonal"), "the causal skip drops the diagonal tile"),
     (dict(skip="right", local_causal=True), "the tiles above the diagonal are skipped correctly, but"),
     (dict(mask_with_causal=False), "with causal=True your function ignores `mask`"),
+    (dict(top_left=True), "fewer queries than keys your causal mask lines up at the top-left"),
 ])
 def test_tiled_attention_mistakes(kwargs, hint):
     with pytest.raises(Mistake, match=hint):
@@ -144,7 +146,7 @@ def test_tiled_attention_ignoring_the_mask_is_caught():
 def explicit(q, k, v, block_size, causal=False, mask=None):  # right numbers, the whole (q_len, k_len) matrix
     s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     allowed = torch.ones(s.shape[-2:], dtype=torch.bool)
-    allowed = allowed.tril() if causal else allowed
+    allowed = allowed.tril(diagonal=k.size(2) - q.size(2)) if causal else allowed  # the queries: the last positions
     allowed = allowed & mask if mask is not None else allowed
     w = s.masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num()
     return w @ v

@@ -170,8 +170,8 @@ def test_files_that_are_not_notebooks_score_zero_with_the_reason(graded):
     table, feedback, stdout = graded
     assert "not a notebook Jupyter can read" in table[("notes", 1)]["message"]
     assert "the file is empty" in table[("zero", 2)]["message"]
-    assert len(list(feedback.glob("*.md"))) == 7
-    assert "7 submission(s) graded" in stdout
+    assert len(list(feedback.glob("*.md"))) == 8
+    assert "8 submission(s) graded" in stdout
 
 
 def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):

@@ -597,7 +597,9 @@ check_online_softmax(my_online_softmax)
 # $(\text{batch}, \text{heads}, \text{len}, d_k)$: tiles of `block_size` queries against tiles of `block_size`
 # keys, with a running maximum, a running sum and an output accumulator per query, divided once at the end.
 # With `causal=True`, query position $i$ may see key position $j \le i$, positions counted in the whole
-# sequence. `mask` (boolean, True = may attend, shaped $(\text{batch}, \text{heads}, \text{q\_len},
+# sequence; when there are fewer queries than keys, the queries are the sequence's last positions (query $i$ sits
+# at $i + \text{k\_len} - \text{q\_len}$, as in one decoding step after a cache), the alignment the package's
+# `flash_attention` uses. `mask` (boolean, True = may attend, shaped $(\text{batch}, \text{heads}, \text{q\_len},
 # \text{k\_len})$) hides keys too, with or without `causal`; a query that sees no key gets 0. Write it yourself:
 # the checker refuses the package's `flash_attention` and PyTorch's SDPA, and measures your function's peak
 # memory with the package's tracer, which must stay below one full $(\text{q\_len}, \text{k\_len})$ matrix.
@@ -621,8 +623,9 @@ def my_tiled_attention(query, key, value, block_size, causal=False, mask=None):
         for k0 in range(0, k_len, block_size):
             k1 = min(k0 + block_size, k_len)
             s = query[:, :, q0:q1] @ key[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)  # (b, h, bq, bk)
-            if causal:  # positions in the sequence, not inside the tile
-                s = s.masked_fill(torch.arange(k0, k1) > torch.arange(q0, q1)[:, None], float("-inf"))
+            if causal:  # positions in the whole sequence, not inside the tile; the queries are its last positions
+                q_pos = torch.arange(q0, q1)[:, None] + (k_len - q_len)
+                s = s.masked_fill(torch.arange(k0, k1) > q_pos, float("-inf"))
             if mask is not None:
                 s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             m_new = torch.maximum(m, s.amax(dim=-1))

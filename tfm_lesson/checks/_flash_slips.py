@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ._harness import Mistake
 
-__all__ = ["ONLINE_SLIPS", "TILED_SLIPS", "online", "tiled", "reference_attention", "reference_softmax",
+__all__ = ["ONLINE_SLIPS", "TILED_SLIPS", "online", "tiled", "causal_rule", "reference_attention", "reference_softmax",
            "name_the_slip", "nan_symptom", "same_numbers", "NAN_ROW", "NAN_QUERY"]
 
 NAN_ROW = ("a row that sees nothing (all -inf) gives NaN: exp(-inf - (-inf)) is NaN. Subtract 0 instead of a -inf "
@@ -44,6 +44,9 @@ ONLINE_SLIPS = {
 }
 
 TILED_SLIPS = {
+    "top_left": ("with fewer queries than keys your causal mask lines up at the top-left: the queries are the "
+                 "sequence's LAST positions (one decoding step after a cache of keys), so query i sits at position "
+                 "i + k_len - q_len and sees every key up to there"),
     "no_rescale": ("the running sum and the output accumulator are not rescaled when the maximum grows: multiply both "
                    "l and acc by alpha = exp(m - m_new) before adding the new tile's p.sum(-1) and p @ v"),
     "no_rescale_acc": ("the running sum is rescaled but the output accumulator is not: acc was summed against the old "
@@ -118,12 +121,15 @@ def online(x: Tensor, block: int, bug: str | None = None) -> Tensor:
     return torch.where((d > 0).unsqueeze(-1), out, 0.0)
 
 
-def _allowed(q0: int, q1: int, k0: int, k1: int, causal: bool, mask: Tensor | None, bug: str | None) -> Tensor:
+def _allowed(q0: int, q1: int, k0: int, k1: int, causal: bool, mask: Tensor | None, bug: str | None,
+             offset: int = 0) -> Tensor:
+    """Which keys of the tile each query may see; ``offset`` = k_len - q_len: query i sits at position i + offset."""
     allowed = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool)
     if causal and bug in ("causal_local", "causal_local_skip"):
         allowed = allowed.tril()
     elif causal:
-        rows, cols = torch.arange(q0, q1).unsqueeze(-1), torch.arange(k0, k1)
+        shift = 0 if bug == "top_left" else offset
+        rows, cols = torch.arange(q0, q1).unsqueeze(-1) + shift, torch.arange(k0, k1)
         allowed = cols < rows if bug == "strict" else cols <= rows
     if mask is not None and bug != "ignore_mask" and not (causal and bug == "ignore_mask_when_causal"):
         allowed = allowed & mask[..., q0:q1, k0:k1]
@@ -154,7 +160,7 @@ def tiled(q: Tensor, k: Tensor, v: Tensor, block: int, causal: bool, mask: Tenso
             if _skipped(q0, q1, k0, causal, bug):
                 continue
             s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / scale  # (batch, heads, block_q, block_k)
-            s = s.masked_fill(~_allowed(q0, q1, k0, k1, causal, mask, bug), float("-inf"))
+            s = s.masked_fill(~_allowed(q0, q1, k0, k1, causal, mask, bug, k.size(2) - q_len), float("-inf"))
             if bug == "per_block":
                 acc = acc + torch.nan_to_num(s.softmax(dim=-1)) @ v[:, :, k0:k1]
                 continue
@@ -173,12 +179,16 @@ def tiled(q: Tensor, k: Tensor, v: Tensor, block: int, causal: bool, mask: Tenso
     return out
 
 
+def causal_rule(q_len: int, k_len: int) -> Tensor:
+    """``(q_len, k_len)``: True where a query may see a key under ``causal=True``. The queries are the sequence's last
+    ``q_len`` positions (one decoding step against a cache sees every key), as the package's ``flash_attention``."""
+    return torch.ones(q_len, k_len, dtype=torch.bool).tril(diagonal=k_len - q_len)
+
+
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, mask: Tensor | None) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) V with the causal rule and the mask; 0 for a query that sees no key."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (batch, heads, q_len, k_len)
-    allowed = torch.ones(q.size(2), k.size(2), dtype=torch.bool)
-    if causal:
-        allowed = allowed.tril()
+    allowed = causal_rule(q.size(2), k.size(2)) if causal else torch.ones(q.size(2), k.size(2), dtype=torch.bool)
     if mask is not None:
         allowed = allowed & mask
     has_key = allowed.any(dim=-1, keepdim=True)

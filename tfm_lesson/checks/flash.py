@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from ..look.memory import peak_tensor_bytes
-from ._flash_slips import (NAN_QUERY, NAN_ROW, ONLINE_SLIPS, TILED_SLIPS, name_the_slip, nan_symptom, online,
-                           reference_attention, reference_softmax, tiled)
+from ._flash_slips import (NAN_QUERY, NAN_ROW, ONLINE_SLIPS, TILED_SLIPS, causal_rule, name_the_slip, nan_symptom,
+                           online, reference_attention, reference_softmax, tiled)
 from ._harness import Mistake, call, close, expect, output_of, passed
 from ._rules import forbid_names, forbid_objects
 
@@ -108,12 +108,12 @@ def _tiled_cases(gen: torch.Generator) -> list:
             (*_qkv(gen, 9, 14), 4, False, None), (*_qkv(gen, 12, 12), 4, True, None),
             (*_qkv(gen, 13, 13, rising=True), 5, True, None), (*_qkv(gen, 16, 16), 16, True, None),
             (*_qkv(gen, 7, 11), 4, False, left.expand(2, 2, 7, 11)), (*_qkv(gen, 10, 10), 4, False, empty),
-            (*_qkv(gen, 13, 13), 4, True, pad.expand(2, 2, 13, 13))]
+            (*_qkv(gen, 13, 13), 4, True, pad.expand(2, 2, 13, 13)),
+            (*_qkv(gen, 5, 12), 4, True, None)]  # fewer queries than keys: the queries are the last positions
 
 
 def _visible(q: Tensor, k: Tensor, causal: bool, mask: Tensor | None) -> Tensor:
-    allowed = torch.ones(q.size(2), k.size(2), dtype=torch.bool)
-    allowed = allowed.tril() if causal else allowed
+    allowed = causal_rule(q.size(2), k.size(2)) if causal else torch.ones(q.size(2), k.size(2), dtype=torch.bool)
     return (allowed & mask if mask is not None else allowed).expand(q.size(0), q.size(1), q.size(2), k.size(2))
 
 

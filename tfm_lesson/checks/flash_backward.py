@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..look.memory import peak_tensor_bytes
-from ._flash_slips import same_numbers
+from ._flash_slips import causal_rule, same_numbers
 from ._harness import Mistake, call, close, expect, passed
 from ._rules import forbid_names, forbid_objects
 
@@ -33,8 +33,7 @@ NAN = ("your gradients contain NaN for a query that sees no key: its lse is -inf
 
 
 def _allowed(q_len: int, k_len: int, causal: bool, mask: Tensor | None) -> Tensor:
-    allowed = torch.ones(q_len, k_len, dtype=torch.bool)
-    allowed = allowed.tril() if causal else allowed
+    allowed = causal_rule(q_len, k_len) if causal else torch.ones(q_len, k_len, dtype=torch.bool)
     return allowed & mask if mask is not None else allowed
 
 
