@@ -115,7 +115,8 @@ def machine_info(device: torch.device) -> dict:
 
 def matmul_peak(device: torch.device, size: int = 2048, repeats: int = 5) -> float:
     """Best float32 FLOP/s of a ``size x size`` matmul on ``device`` (2 size^3 FLOPs per product): the package's
-    :func:`tfm_lesson.train.cost.matmul_peak`, the one measurement of the peak (chapter 19's MFU uses it too)."""
+    :func:`tfm_lesson.train.cost.matmul_peak`, the one measurement of the peak (chapter 19's MFU against the
+    measured matmul peak uses it too, at a smaller size)."""
     return cost.matmul_peak(device, size, repeats)
 
 

@@ -33,8 +33,8 @@
 #   that grows with the length, checked against PyTorch's `FlopCounterMode`;
 # - the **memory** of a training step: weights, gradients, Adam's two moments, and the activations kept for the
 #   backward pass, as a function of batch and length, checked against what autograd keeps and the measured peak;
-# - **MFU**, the fraction of your machine's matrix-product rate a training step achieves, measured, and where the
-#   time goes;
+# - **MFU**, the fraction of a peak FLOP rate a training step achieves; here the peak is your machine's own
+#   measured matrix-product rate, not a datasheet figure; and where the time goes;
 # - the **recipe** language models train with: AdamW with parameter groups, warm-up and cosine decay, gradient
 #   clipping, and gradient accumulation proven equal to the large batch;
 # - **isoFLOP curves** (Hoffmann et al., 2022), the best model size for a budget, power laws with bootstrap
@@ -130,38 +130,50 @@ print(f"{platform.processor() or platform.machine()}, torch {torch.__version__},
 #
 # **Parameters** of a GPT block with width $d$ (`d_model`), feed-forward width $d_\text{ff}$, biases and layer
 # norms: attention's four projections $4(d^2 + d)$, the feed-forward network $2 d\, d_\text{ff} + d_\text{ff} + d$,
-# two layer norms $2 \cdot 2d$. Around the $L$ blocks: the token embedding $V d$, learned positions
+# two layer norms $2 \cdot 2d$. Around the $n_\text{layer}$ blocks: the token embedding $V d$, learned positions
 # $n_\text{ctx} d$, a final norm $2d$, and a generator $V d$ only if it is not tied to the embedding.
 #
 # **FLOPs per token.** Let $N_\text{matmul}$ be the weights used in a product for each token: the blocks' weight
 # matrices and the generator (the embedding is a look-up, not a product; a tied generator's product is still
 # computed). With windows of $n_\text{ctx}$ tokens, the forward pass costs
 #
-# $$C_\text{forward} = 2 N_\text{matmul} + 4 L\, n_\text{ctx}\, d \qquad\text{and a training step}\qquad
-# C_\text{train} = 3\, C_\text{forward} \approx 6N.$$
+# $$C_\text{forward} = 2 N_\text{matmul} + 4 n_\text{layer}\, n_\text{ctx}\, d
+# \qquad\text{and a training step}\qquad C_\text{train} = 3\, C_\text{forward} \approx 6 N_\text{matmul}.$$
 #
-# The attention term counts $Q K^\top$ ($n_\text{ctx} d$ multiply-adds per query) and the weighted sum of the
-# values (as many), over the whole $n_\text{ctx} \times n_\text{ctx}$ square, masked half included, because that
-# is what the kernels compute. Kaplan et al. write $C_\text{forward} \approx 2N + 2 L\, n_\text{ctx} d$ with $N$
-# the non-embedding parameters: their attention term is half of ours, the value of counting only the unmasked
-# half. Training on $D$ tokens costs $C \approx 6ND$.
+# This is the "6N" rule; in this chapter the $N$ of that rule is always $N_\text{matmul}$. The attention term
+# counts $Q K^\top$ ($n_\text{ctx} d$ multiply-adds per query) and the weighted sum of the values (as many), over
+# the whole $n_\text{ctx} \times n_\text{ctx}$ square, masked half included: that is what the "math" attention and
+# an explicit mask compute (a causal flash kernel skips most of the masked tiles and does less). For training it
+# gives $12\, n_\text{layer} n_\text{ctx} d$ per token, the term Chowdhery et al. (2022, appendix B) add to
+# $6N$ for their MFU. Kaplan et al. write $C_\text{forward} \approx 2N_\text{ne} + 2 n_\text{layer} n_\text{ctx} d$
+# with $N_\text{ne}$ the non-embedding parameters: their attention term is half of ours, which matches counting
+# only the unmasked half (the paper does not say which). Training on $D$ tokens costs
+# $C \approx 6 N_\text{matmul} D$ plus the attention term.
 #
 # **Memory** of a float32 training step with Adam: $4 + 4 + 2 \cdot 4 = 16$ bytes per parameter (weight,
 # gradient, two moments), plus the activations: for each token and layer, a few vectors of width $d$ and two of
-# width $d_\text{ff}$, so activations grow like $\text{batch} \times n_\text{ctx} \times L\,(a\,d + 2 d_\text{ff})$.
+# width $d_\text{ff}$, so activations grow like
+# $\text{batch} \times n_\text{ctx} \times n_\text{layer}\,(m\,d + 2 d_\text{ff})$, with $m$ a small count of
+# vectors.
 #
-# **MFU**, model FLOPs utilisation (Chowdhery et al., 2022): $\text{MFU} = \dfrac{C_\text{train} \times
-# \text{tokens per step} / \text{seconds per step}}{\text{peak FLOP/s}}$.
+# **MFU**, model FLOPs utilisation (Chowdhery et al., 2022, appendix B): $\text{MFU} = \dfrac{C_\text{train}
+# \times \text{tokens per step} / \text{seconds per step}}{\text{peak FLOP/s}}$. PaLM's peak is the hardware's
+# theoretical one, the datasheet figure. This chapter divides by a rate it measures instead, the best rate of a
+# large matrix product on the same machine: that rate is below the datasheet figure, so **MFU against the
+# measured matmul peak** reads higher than PaLM's MFU would, and is not comparable with published MFUs.
 #
-# **Scaling laws.** Hoffmann et al. fit, for each budget $C$, the loss against $\ln N$ with a parabola; its
-# vertex is the best size $N_\text{opt}(C)$ and the loss there $L(C)$. Across budgets,
+# **Scaling laws.** Write $N_\text{all}$ for all of a model's parameters, embeddings included, as Hoffmann et al.
+# count them. Their second approach fits, for each budget $C$, the loss against $\ln N_\text{all}$ with a
+# parabola; its vertex is the best size $N_\text{opt}(C)$, and across budgets
 #
-# $$N_\text{opt}(C) = k\, C^{a}, \qquad L(C) = A\, C^{-\alpha},$$
+# $$N_\text{opt}(C) = k_N\, C^{a},$$
 #
-# straight lines on log-log axes. They found $a \approx 0.5$: parameters and tokens should grow in equal
+# a straight line on log-log axes. They found $a \approx 0.5$: parameters and tokens should grow in equal
 # proportion, about 20 tokens per parameter. Kaplan et al. had found $a \approx 0.73$, much more of the budget for
 # the model; part of that gap comes from counting parameters without the embeddings, which matters most at small
-# sizes (Pearce & Song, 2024).
+# sizes (Pearce & Song, 2024). This chapter adds a second line through the loss at each vertex,
+# $L(C) = k_L\, C^{-\alpha_C}$, close to Kaplan et al.'s law for the loss at the compute-efficient size (they
+# found $\alpha_C \approx 0.05$); it is the line that makes a prediction of the loss.
 #
 # ## Build it: count
 #
@@ -181,8 +193,8 @@ del model
 # Attention holds 72 matrices of $d \times d$ (four in each of the six encoder layers, eight in each of the six
 # decoder layers, which attend twice), the twelve feed-forward networks hold more, and one shared matrix of
 # 37,000 $\times$ 512 serves as source embedding, target embedding and generator. The paper's table 3 says 65 M
-# for its base model; the count above is a little smaller, most likely because the paper's vocabulary was not
-# exactly the one assumed here.
+# for its base model; the count above is a little smaller. The gap is possibly a different vocabulary size or
+# rounding; we have not found the exact count.
 #
 # Now chapter 14's GPT (its recipe in `tfm_lesson.train.recipes`), tied as it trains, and untied:
 
@@ -200,8 +212,8 @@ print(f"embedding and positions: {share:.0%} of the tied model")
 
 # %% [markdown]
 # In a model this small, the embedding is a large part of everything (the cell prints the share). Kaplan et al.
-# leave embeddings out of $N$ for exactly this reason: at their scale, the non-embedding count predicted the loss
-# better. Keep this in mind for the scaling law below.
+# leave embeddings out of their count, $N_\text{ne}$, for exactly this reason: at their scale, the non-embedding
+# count predicted the loss better. Keep this in mind for the scaling law below.
 #
 # ## Check it: FLOPs against PyTorch's counter
 #
@@ -243,8 +255,9 @@ for n in (64, 256, 1024, 4096):
     print(f"{n:>7} {total:>12,} {6 * n_matmul:>11,} {(total - 6 * n_matmul) / total:>10.0%}")
 
 # %% [markdown]
-# The attention term, $12 L\, n_\text{ctx} d$ per token for training, overtakes $6 N_\text{matmul}$ once the
-# window is longer than $N_\text{matmul} / (2 L d)$ tokens. For large models, where $N$ is in the billions, that
+# The attention term, $12 n_\text{layer}\, n_\text{ctx} d$ per token for training, overtakes $6 N_\text{matmul}$
+# once the window is longer than $N_\text{matmul} / (2 n_\text{layer} d)$ tokens. For large models, where
+# $N_\text{matmul}$ is in the billions, that
 # takes windows of many thousands of tokens; for chapter 14's small model, a few hundred suffice.
 #
 # ## Check it: memory
@@ -252,9 +265,36 @@ for n in (64, 256, 1024, 4096):
 # `cost.training_memory` adds the four parts. The activations are counted from what autograd keeps for the
 # backward pass: per token and layer, each norm's input, output and two statistics, the packed queries, keys and
 # values, the attention output, the feed-forward's hidden layer before and after its activation; then the final
-# norm and the log-probabilities over the vocabulary (see `cost.activation_bytes`). Here is the breakdown for
-# chapter 14's training step, and the peak measured with chapter 18's tracer (`tfm_lesson.look.memory`): the weights
-# and Adam's moments exist before the step, the step adds gradients and activations.
+# norm and the log-probabilities over the vocabulary (see `cost.activation_bytes`). You can watch autograd keep
+# them: `torch.autograd.graph.saved_tensors_hooks` calls a function of yours on every tensor saved for the
+# backward pass. Add up their storages, each once, the weights left out, and compare with the formula:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+batch = recipe("lm")["train"]["batch_size"]
+model = GPT(lm_config)
+x, y = random_windows(ids, batch, seq_len, torch.Generator().manual_seed(1))
+x, y = x.clone(), y.clone()  # storages of their own: the windows are views into one longer tensor
+weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+kept = {}  # storage address -> bytes: a tensor saved twice, or two views of one storage, count once
+
+
+def pack(t):  # called on every tensor autograd saves for the backward pass
+    storage = t.untyped_storage()
+    if storage.data_ptr() not in weights:
+        kept[storage.data_ptr()] = storage.nbytes()
+    return t
+
+
+with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    lm_loss(model, x, y)
+print(f"autograd keeps {sum(kept.values()):,} bytes in {len(kept)} storages; "
+      f"cost.activation_bytes: {cost.activation_bytes(lm_config, batch, seq_len):,}")
+
+# %% [markdown]
+# Here is the breakdown for chapter 14's training step, and the peak measured with chapter 18's tracer
+# (`tfm_lesson.look.memory`): the weights and Adam's moments exist before the step, the step adds gradients and
+# activations.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -299,16 +339,19 @@ for b, n in ((1, 64), (32, 64), (32, 256), (128, 256)):
 print(f"bytes per parameter for weights, gradients and Adam: {fixed // cost.parameter_count(lm_config)}")
 
 # %% [markdown]
-# One sequence of 64 tokens needs little; a batch of long windows needs more than the model, its gradients and
-# Adam together. That is why large models are trained with **gradient accumulation** (below) and with
-# **activation checkpointing** (keep fewer activations, recompute the rest in the backward pass, the same trade
-# as FlashAttention's backward in chapter 18).
+# One sequence of 64 tokens needs less than the model, its gradients and Adam together; the training batch
+# itself, 32 windows of 64 tokens, already needs more than ten times as much (the second row against the last
+# column), and longer windows far more. That is why large models are trained with **gradient accumulation**
+# (below) and with **activation checkpointing** (keep fewer activations, recompute the rest in the backward
+# pass, the same trade as FlashAttention's backward in chapter 18).
 #
 # ## Measure it: MFU on this machine
 #
-# Time a training step of chapter 14's model, and in the same cell the best rate of a large matrix product on the
-# same device and thread count (as `tools/bench.py` does; `cost.matmul_peak` is that measurement). On a GPU the
-# step runs under bf16 autocast and the peak is measured in bf16 too.
+# Time a training step of chapter 14's model, and in the same cell the best rate of a $1024 \times 1024$ matrix
+# product on the same device and thread count (`cost.matmul_peak(device, size=1024, dtype=dtype)`): in float32
+# on a CPU; on a GPU the step runs under bf16 autocast and the peak is measured in bf16 too. (`tools/bench.py`
+# records the same measurement with larger squares, in float32 only.) The ratio is the MFU against this measured
+# matmul peak, not against a datasheet peak.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -342,11 +385,12 @@ peak = cost.matmul_peak(device, size=1024, dtype=dtype)
 flops = cost.flops_per_token(lm_config, seq_len) * batch * seq_len
 print(f"{device}, {torch.get_num_threads()} thread(s), {dtype}: a step of {batch} x {seq_len} tokens takes "
       f"{1e3 * seconds:.1f} ms")
-print(f"achieved {flops / seconds / 1e9:.2f} GFLOP/s; matmul peak {peak / 1e9:.1f} GFLOP/s; "
-      f"MFU {cost.mfu(flops, seconds, peak):.1%}")
+print(f"achieved {flops / seconds / 1e9:.2f} GFLOP/s; measured matmul peak {peak / 1e9:.1f} GFLOP/s "
+      f"(1024 x 1024, {dtype})")
+print(f"MFU against the measured matmul peak: {cost.mfu(flops, seconds, peak):.1%} (not a datasheet peak)")
 
 # %% [markdown]
-# What keeps MFU below 1: products too small to run at the peak rate (this model's are
+# What keeps this MFU below 1: products too small to run at the peak rate (this model's are
 # $(2048, 64) \times (64, 256)$ and the like, against the $1024 \times 1024$ squares of the peak), and the work a
 # step does that is not a product at all. One CPU thread has few arithmetic units to keep busy, so even these
 # products reach a fair share of its peak; a GPU has thousands, and small products leave most of them idle. Where
@@ -360,9 +404,11 @@ print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10, max
 
 # %% [markdown]
 # Read the table's first rows: the products (`mm`, `addmm`), the attention kernel and its backward, the GELU's
-# backward, copies (`clone`, `copy_`), the log-softmax of the cross-entropy over the vocabulary, AdamW's update.
-# Everything that is not a product counts as time but not as model FLOPs. Large models on GPUs, whose products
-# are large enough that arithmetic dominates, reach MFUs of a third to a half.
+# backward, copies (e.g. `copy_`), the log-softmax of the cross-entropy over the vocabulary, AdamW's update (the
+# exact rows vary from run to run). Everything that is not a product counts as time but not as model FLOPs.
+# Large models on GPUs, whose products are large enough that arithmetic dominates, reach MFUs of about a third to
+# over a half against the datasheet peak: PaLM's table 3 lists about a third for Gopher and Megatron-Turing NLG
+# and 46.2% for PaLM (Chowdhery et al., 2022), and NVIDIA's Megatron-LM reports over a half for its own runs.
 #
 # ## The recipe
 #
@@ -370,8 +416,10 @@ print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10, max
 # with **AdamW** (Loshchilov & Hutter, 2019): the weight decay is applied to the weights directly,
 # $w \leftarrow w - \eta\,(\text{Adam's step} + \lambda w)$, not added to the gradient where Adam would rescale
 # it. Decay pulls weights towards zero; that suits the weight matrices, not the norms' gains and shifts (a gain
-# pulled to zero switches a feature off), not the biases, and not the embedding rows of rare tokens (pulled to
-# zero between their few gradients). `tfm_lesson.train.lm_recipe.parameter_groups` splits them:
+# pulled to zero switches a feature off), and not the biases. The embeddings are a matter of choice: many
+# recipes decay every matrix, embeddings included (nanoGPT decays every tensor of two or more dimensions);
+# this course, like many others, leaves them out, so that the rows of rare tokens are not pulled to zero
+# between their few gradients. `tfm_lesson.train.lm_recipe.parameter_groups` splits them:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -478,10 +526,11 @@ for p in sorted(shipped["points"], key=lambda p: (p["budget"], p["params"])):
 # %% [markdown]
 # ### The fit
 #
-# For each budget, a parabola through (ln N, loss) and its vertex; then the two power laws through the vertices,
-# and a **bootstrap**: draw each budget's points again with replacement, redo every fit, a thousand times, and
-# read the 5th and 95th percentiles. The prediction for the larger budget, and its interval, were written into the
-# results file before the check run started (the file records when):
+# For each budget, a parabola through $(\ln N_\text{all}, \text{loss})$ and its vertex; then the two power laws
+# through the vertices, and a **bootstrap**: draw each budget's points again with replacement, redo every fit, a
+# thousand times, and read the 5th and 95th percentiles over the draws in which every budget still had a minimum.
+# The prediction for the larger budget, and its interval, were written into the results file before the check
+# run started (the file records when):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -491,12 +540,14 @@ for c, n, l in zip(fit["budgets"], fit["n_opt"], fit["l_opt"]):
 (k, a), (big_a, b) = fit["n_law"], fit["l_law"]
 band = shipped["prediction"]["bootstrap"]
 print(f"N_opt = {k:.3g} C^{a:.3f}   (90% bootstrap of the exponent: {band['a'][0]:.3f} to {band['a'][2]:.3f})")
-print(f"L     = {big_a:.3g} C^-{-b:.4f} (90% bootstrap of alpha: {band['alpha'][0]:.4f} to {band['alpha'][2]:.4f})")
+print(f"L     = {big_a:.3g} C^-{-b:.4f} (90% bootstrap of alpha_C: {band['alpha'][0]:.4f} to {band['alpha'][2]:.4f})")
 print(f"bootstrap draws {band['draws']}, skipped for lack of a minimum: {band['skipped']}")
 
 # %% [markdown]
-# The best size grows with the budget with an exponent close to Hoffmann et al.'s one half, but look at its
-# interval: wide, and many bootstrap draws (the cell counts them) had no minimum inside their sizes at all. With
+# The best size grows with the budget with an exponent (the cell prints it) near Hoffmann et al.'s one half, but
+# look at its interval: it holds Kaplan et al.'s $0.73$ as well, so these data cannot tell the two apart. And
+# that interval is only over the draws that had a minimum: many (the cell counts those skipped) had none inside
+# their sizes at all. With
 # five sizes a budget and bowls this shallow, the best size is poorly pinned down; the loss's exponent, read off
 # the bottoms of the bowls, much better. Each point also carries the noise of its seed, which at the smallest
 # budget is about as large as the differences between neighbouring sizes (the "Play with it" cell below trains a
@@ -539,19 +590,22 @@ print(f"check run: training loss {check['train_loss']:.3f}, validation loss {che
 
 # %% [markdown]
 # The exponent shrinks at every step, and the last one, to the check run, is a fraction of the first. The
-# fitted $\alpha$ averages the steep early steps with the flatter later ones and so promised too much at the next
+# fitted $\alpha_C$ averages the steep early steps with the flatter later ones and so promised too much at the next
 # budget; the bootstrap could not warn about it, because it only resamples the scatter of the points around a
 # line and assumes the line is the right shape. The training and validation losses of the check run are close
-# (the cell prints both): the model is not memorising the text. What bends the curve is what the papers' models
-# did not meet: a text this small, seen several times over, and a loss that approaches the text's own entropy,
-# which a plain power law does not know about (the list below). A law measured over a factor of ten in compute
-# predicted a factor of about three beyond it, and was wrong by more than its error bars: that is the most useful
-# thing a first scaling law can teach.
+# (the cell prints both): the model is not memorising the text. Nothing here isolates the cause; likely
+# contributors are a loss that approaches the text's own entropy, which a plain power law does not know about,
+# a text this small seen several times over (Muennighoff et al. (2023) found up to about four passes worth
+# almost as much as fresh text; the grid's best sizes made fewer, the check run more, as the tables print), and
+# a learning rate, batch and seed held fixed for every size (the list below). A law measured over a factor of
+# ten in compute predicted a factor of about three beyond it, and was wrong by more than its error bars: that
+# is the most useful thing a first scaling law can teach.
 #
 # ### What differs at this scale
 #
-# Kaplan et al. and Hoffmann et al. trained models from millions to billions of parameters on hundreds of
-# billions of tokens, each seen about once. This sweep differs in ways that bend its law:
+# Kaplan et al. and Hoffmann et al. trained models from millions to billions of parameters: Hoffmann et al. on
+# up to hundreds of billions of tokens, mostly seen once; Kaplan et al. on a corpus of 23 billion tokens. This
+# sweep differs in ways that bend its law:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -560,12 +614,19 @@ for p in (smallest, largest):
     print(f"d_model {p['d_model']:>3}, {p['num_layers']} layer(s): {1 - p['non_embedding'] / p['params']:.0%} of the "
           f"parameters are embeddings")
 passes = [p["tokens"] / shipped["train_tokens"] for p in shipped["points"] + [shipped["check"]]]
+for d_model, layers in ((16, 1), (32, 1), (48, 2), (64, 3)):
+    config = scaling.shape_config(d_model, layers)  # tied: the embedding is also the generator
+    generator = 6 * config.vocab_size * d_model  # its product, forward and backward, per token
+    share = generator / cost.flops_per_token(config, 64)
+    print(f"d_model {d_model:>3}, {layers} layer(s): the generator is {share:.0%} of a training step's FLOPs")
 print(f"passes over the training text: from {min(passes):.2f} to {max(passes):.1f}")
 print(f"tokenizer: {SCALING['vocab_size']} byte-level BPE tokens; a loss in nats per token of this tokenizer")
 
 # %% [markdown]
 # - **Embedding parameters.** In the smallest models most parameters are the embedding (the cell prints the
-#   share), which costs memory but almost no FLOPs. With all parameters on the x-axis, as here and as Hoffmann
+#   share). Tied, it is also the generator, so it costs FLOPs as well: 62% of a training step's FLOPs at
+#   `d_model` 16 (the cell prints each share). Counting it or not changes both axes. With all parameters on the
+#   x-axis, as here and as Hoffmann
 #   et al. counted, the small end of each curve is shifted right; Kaplan et al. counted only non-embedding
 #   parameters, and at small sizes that choice alone changes the fitted exponent. Re-fit with `non_embedding` in
 #   place of `params` to see how much.
@@ -575,13 +636,14 @@ print(f"tokenizer: {SCALING['vocab_size']} byte-level BPE tokens; a loss in nats
 #   much repeated tokens are worth.
 # - **The tokenizer.** A loss in nats per token depends on what a token is: 512 byte-level pieces here, tens of
 #   thousands in the papers. Losses from different tokenizers cannot be compared, only their trends.
-# - **A floor.** The text has an entropy no model can go below. A pure power law $A C^{-\alpha}$ falls forever;
-#   Hoffmann et al.'s third approach fits $L = E + A/N^{\alpha} + B/D^{\beta}$, with $E$ that floor. Three budgets
-#   are too few to fit $E$ reliably, which is why this chapter fits the plain power law, and why it can only be
-#   trusted a short way beyond its data.
-# - **One learning rate, one seed.** Every size trains with the same recipe and one seed; the papers tuned the
-#   rate per size. The bootstrap's interval covers the scatter of the points around the fit, not the noise of
-#   a new run's seed.
+# - **A floor.** The text has an entropy no model can go below. A pure power law $k_L C^{-\alpha_C}$ falls forever;
+#   Hoffmann et al.'s third approach fits $L = E + A/N_\text{all}^{\alpha} + B/D^{\beta}$, with $E$ that floor.
+#   Three budgets are too few to fit $E$ reliably, which is why this chapter fits the plain power law, and why
+#   it can only be trusted a short way beyond its data.
+# - **One learning rate, one seed.** Every size trains with the same recipe and one seed; the papers chose
+#   their rates with more care (Kaplan et al., for instance, fit the best rate as a function of the model size,
+#   their appendix D). The bootstrap's interval covers the scatter of the points around the fit, not the noise
+#   of a new run's seed.
 
 # %% [markdown]
 # ## Play with it
@@ -664,7 +726,9 @@ check_flops_per_token(flops_per_token)
 # Write `training_bytes(config, batch, seq_len)`: the bytes a float32 training step with AdamW needs: weights,
 # gradients and Adam's state for every parameter, plus the activations, which `cost.activation_bytes(config,
 # batch, seq_len)` gives you. Then use it: how large a batch of 64-token windows fits in 1 GiB for chapter 14's
-# model?
+# model? The formula leaves out what only passes through the step; the measured peak above also held two
+# tensors as large as the logits (batch $\times$ length $\times$ vocabulary numbers each), so add those too and
+# see how much the answer shrinks.
 
 # %%
 def training_bytes(config, batch, seq_len):
@@ -683,6 +747,9 @@ def training_bytes(config, batch, seq_len):
 check_training_bytes(training_bytes)
 largest = max(b for b in range(1, 4096) if training_bytes(lm_config, b, 64) <= 2**30)
 print(f"largest batch of 64-token windows in 1 GiB: {largest}")
+logit_bytes = lambda b: 2 * b * 64 * lm_config.vocab_size * 4  # the two logit-sized tensors of the peak
+largest = max(b for b in range(1, 4096) if training_bytes(lm_config, b, 64) + logit_bytes(b) <= 2**30)
+print(f"with the two logit-sized tensors: {largest}")
 
 # %% [markdown]
 # ## Check your understanding
@@ -696,15 +763,19 @@ T.quiz.show("19")
 # - **Parameters** follow from the shape: $4(d^2 + d)$ for attention, $2 d\, d_\text{ff} + d_\text{ff} + d$ for
 #   the feed-forward network, the norms, the embeddings, and the generator only if untied. The formula equals
 #   `sum(p.numel())` for the 2017 Transformer and for the GPT.
-# - **FLOPs per token**: $2 N_\text{matmul} + 4 L\, n_\text{ctx} d$ forward, three times that for training, the
-#   "6N" rule plus an attention term that grows with the window. A tied generator saves parameters, not FLOPs.
-#   `FlopCounterMode` agrees to the FLOP.
+# - **FLOPs per token**: $2 N_\text{matmul} + 4 n_\text{layer}\, n_\text{ctx} d$ forward, three times that for
+#   training, the "6N" rule plus an attention term that grows with the window. A tied generator saves
+#   parameters, not FLOPs. `FlopCounterMode` agrees to the FLOP.
 # - **Memory**: 16 bytes per parameter for float32 weights, gradients and Adam's two moments, plus activations
-#   that grow with batch $\times$ length; the formula equals what autograd keeps, and the measured peak is close
-#   to the sum.
-# - **MFU** compares a step's FLOPs per second with the machine's own matrix-product rate; small models on a
-#   CPU reach little of it, and the profiler shows where the rest goes.
-# - **The recipe**: AdamW with decay on the weight matrices only, warm-up then cosine decay, clipping of the
+#   that grow with batch $\times$ length; the formula equals what autograd keeps. The measured peak is well
+#   above the sum, because the gradients of the logits and of the log-probabilities also exist at the peak;
+#   with those two added, the formula and the peak agree closely (the memory cell prints both ratios).
+# - **MFU against the measured matmul peak** compares a step's FLOPs per second with the machine's own measured
+#   matrix-product rate, not a datasheet peak as in PaLM's MFU, so it reads higher; on one CPU thread even
+#   this small model reaches a fair share of it (the cell prints the share), and the profiler shows where the
+#   rest goes.
+# - **The recipe**: AdamW with decay on the weight matrices (the embeddings are a choice; this course leaves
+#   them out), warm-up then cosine decay, clipping of the
 #   global gradient norm, and gradient accumulation that equals the large batch when each micro-batch is weighted
 #   by its share.
 # - **Scaling**: isoFLOP curves give each budget's best size; power laws through their minima, with bootstrap

@@ -1,4 +1,4 @@
-"""What a model costs (chapter 19): parameters, FLOPs per token and training memory, by formula; MFU.
+"""What a model costs (chapter 19): parameters, FLOPs per token and training memory, by formula; MFU against a peak.
 
     parameter_count(GPTConfig(...))                       # == sum(p.numel() for p in GPT(config).parameters())
     flops_per_token(config, seq_len=64, training=True)    # 3 x (2 N_matmul + 4 num_layers seq_len d_model)
@@ -14,12 +14,17 @@ weight of a linear layer is used in one multiply-add: ``2 N_matmul`` FLOPs, wher
 matrices of the blocks and the generator (tied or not, the generator's product is computed; the embedding look-up
 is not a product). Attention adds, per layer and token, ``Q K^T`` (``seq_len d_model`` multiply-adds, against
 every key of the window) and the weighted sum of the values (as many): ``4 seq_len d_model`` FLOPs, the whole
-square as the kernels compute it, masked half included. The backward pass costs twice the forward (a gradient
+square, masked half included, as the math attention and an explicit mask compute it (a causal flash kernel skips
+most masked tiles). For training that is ``12 num_layers seq_len d_model``, PaLM's attention term (Chowdhery et
+al., 2022, appendix B). The backward pass costs twice the forward (a gradient
 for the input and one for the weight, each a product as large): a training step is ``3 x`` the forward, the
 "6N" rule. Norms, softmax, biases, activations and the optimiser are not products and are left out.
 
-**MFU** (model FLOPs utilisation, Chowdhery et al., 2022): the FLOPs the formula says a step needs, over the
-step's time, over the best rate of a large float32 matrix product on the same device (:func:`matmul_peak`).
+**MFU** (model FLOPs utilisation, Chowdhery et al., 2022, appendix B): the FLOPs the formula says a step needs,
+over the step's time, over a peak FLOP rate. PaLM's peak is the hardware's theoretical (datasheet) one. Chapter 19
+passes :func:`matmul_peak` instead, the best rate of a large matrix product measured on the same device: that is
+**MFU against the measured matmul peak**, which reads higher than a datasheet MFU and is not comparable with
+published ones. :func:`mfu` divides by whichever peak it is given.
 """
 from __future__ import annotations
 
@@ -196,8 +201,9 @@ def _sync(device: torch.device) -> None:
 
 def matmul_peak(device: torch.device | str = "cpu", size: int = 2048, repeats: int = 5,
                 dtype: torch.dtype = torch.float32) -> float:
-    """Best FLOP/s of a ``size x size`` matrix product on ``device`` (``2 size^3`` FLOPs per product), after one
-    untimed product: the machine's own matmul rate, the denominator of :func:`mfu`."""
+    """Best FLOP/s of a ``size x size`` matrix product of ``dtype`` on ``device`` (``2 size^3`` FLOPs per product),
+    after one untimed product: the machine's own measured matmul rate. Passed to :func:`mfu`, it gives the MFU
+    against the measured matmul peak, not against the datasheet peak of PaLM's MFU (the measured rate is lower)."""
     device = torch.device(device)
     _check_length(size, "size")
     _check_length(repeats, "repeats")
@@ -215,7 +221,10 @@ def matmul_peak(device: torch.device | str = "cpu", size: int = 2048, repeats: i
 
 
 def mfu(flops_per_step: float, seconds_per_step: float, peak_flops: float) -> float:
-    """Model FLOPs utilisation: ``flops_per_step / seconds_per_step`` (achieved FLOP/s) over ``peak_flops``."""
+    """Model FLOPs utilisation: ``flops_per_step / seconds_per_step`` (achieved FLOP/s) over ``peak_flops``.
+
+    With a datasheet peak this is PaLM's MFU; with :func:`matmul_peak` it is the MFU against the measured matmul
+    peak, which reads higher. Say which when you report it."""
     for name, value in (("flops_per_step", flops_per_step), ("seconds_per_step", seconds_per_step),
                         ("peak_flops", peak_flops)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -6,10 +6,11 @@ For each training budget ``C`` (FLOPs, counted by :func:`tfm_lesson.train.cost.f
 row of shapes is trained on exactly ``C`` FLOPs: a small model sees many tokens, a large one few. Each budget's
 validation losses against ``ln N`` (``N``: all parameters) form an **isoFLOP curve** (Hoffmann et al., 2022,
 approach 2); a parabola through it gives the best size ``N_opt(C)`` at its vertex and the loss there ``L(C)``.
-Straight lines through ``(ln C, ln N_opt)`` and ``(ln C, ln L)`` are the power laws ``N_opt = k C^a`` and
-``L = A C^-alpha``. A bootstrap over the points (each budget's points drawn again with replacement, the whole fit
-repeated) gives their uncertainty. Then the fit **predicts** the loss at a larger budget, the prediction is
-written down, and only then is that run trained: the check.
+A straight line through ``(ln C, ln N_opt)`` is approach 2's power law ``N_opt = k_N C^a``; one through
+``(ln C, ln L)``, ``L = k_L C^-alpha_C``, is this course's addition (close to Kaplan et al.'s law for the loss at
+the compute-efficient size), the one that predicts a loss. A bootstrap over the points (each budget's points
+drawn again with replacement, the whole fit repeated) gives their uncertainty. Then the fit **predicts** the loss
+at a larger budget, the prediction is written down, and only then is that run trained: the check.
 
 Every run is trained by steps, seeded, on one CPU thread (:func:`tfm_lesson.device.auto_threads`); each point is
 written to ``--out`` atomically as soon as it is done, so an interrupted sweep continues where it stopped. The
@@ -103,8 +104,8 @@ def _by_budget(points: list[dict]) -> dict[float, list[dict]]:
 
 
 def fit_sweep(points: list[dict]) -> dict | None:
-    """Each budget's vertex, then the two power laws: ``{"budgets", "n_opt", "l_opt", "n_law": (k, a),
-    "l_law": (A, -alpha)}``, or ``None`` when a budget has no minimum or fewer than two budgets have one."""
+    """Each budget's vertex, then the two power laws: ``{"budgets", "n_opt", "l_opt", "n_law": (k_N, a),
+    "l_law": (k_L, -alpha_C)}``, or ``None`` when a budget has no minimum or fewer than two budgets have one."""
     budgets, n_opt, l_opt = [], [], []
     for budget, group in _by_budget(points).items():
         vertex = fit_parabola([p["params"] for p in group], [p["valid_loss"] for p in group])
@@ -312,7 +313,7 @@ def plot_isoflops(result: dict, title: str | None = None):
         c_grid = np.exp(np.linspace(np.log(budgets.min()), np.log(budgets.max()), 50))
         (big_a, b) = fit["l_law"]
         right.plot(fit["budgets"], fit["l_opt"], "D", color="black", label="best loss of each budget")
-        right.plot(c_grid, big_a * c_grid ** b, "--", color=viz.PALETTE[0], label=f"fit L = A C^{b:.3f}")
+        right.plot(c_grid, big_a * c_grid ** b, "--", color=viz.PALETTE[0], label=f"fit L = k_L C^{b:.3f}")
         low, _, high = pred["bootstrap"]["l_pred"]
         right.errorbar([pred["budget"]], [pred["loss"]], yerr=[[pred["loss"] - low], [high - pred["loss"]]],
                        fmt="o", color=viz.PALETTE[0], capsize=4, label="prediction, 90% bootstrap")

@@ -98,8 +98,9 @@ QUESTIONS = [
         ],
         answer=1,
         feedback=[
-            "For plain SGD that would do, but Adam divides by the running scale of the gradient: a gradient 4 times "
-            "too large gives a different update (and different clipping). Scale the loss, not the rate.",
+            "Adam's update barely changes when all gradients are scaled (it divides by their running scale), so "
+            "dividing the rate by 4 would make each step, and the weight decay, 4 times too small. Clipping would "
+            "also see a norm 4 times too large. Scale the loss, not the rate.",
             "Right: the mean over 16 rows is the sum of four means over 4 rows, each times 4/16. The chapter "
             "checked it: the accumulated gradients agree with the large batch's to rounding.",
             "It is exact up to floating-point rounding, because the gradient of a sum is the sum of the gradients; "
@@ -121,10 +122,10 @@ QUESTIONS = [
         feedback=[
             "At a fixed budget the largest models see the fewest tokens, often less than one pass over the corpus; "
             "overfitting is the risk of the opposite corner (small data, many passes).",
-            "Right: C is about 6 N D, so at fixed C a larger N means a smaller D. The best size balances "
-            "the two, which is what N_opt(C) traces.",
-            "The learning rate matters (the chapter names it as a limit of its sweep), but even well-tuned, a "
-            "model trained on too few tokens is under-trained: Hoffmann et al. tuned theirs and saw the same bowl.",
+            "Right: C is about 6 N_matmul D, so at fixed C a larger model means a smaller D. The best size "
+            "balances the two, which is what N_opt(C) traces.",
+            "The learning rate matters (the chapter names it as a limit of its sweep), but even with a well-chosen "
+            "rate, a model trained on too few tokens is under-trained: the bowl comes from the budget itself.",
         ],
     ),
 ]
