@@ -132,6 +132,8 @@ print(f"{platform.processor() or platform.machine()}, torch {torch.__version__},
 # norms: attention's four projections $4(d^2 + d)$, the feed-forward network $2 d\, d_\text{ff} + d_\text{ff} + d$,
 # two layer norms $2 \cdot 2d$. Around the $n_\text{layer}$ blocks: the token embedding $V d$, learned positions
 # $n_\text{ctx} d$, a final norm $2d$, and a generator $V d$ only if it is not tied to the embedding.
+# Without biases (`bias=False`, as in today's models) the linear layers lose their biases and every layer norm its
+# shift, keeping only its gain ($d$ each); the generator never has a bias, tied or not.
 #
 # **FLOPs per token.** Let $N_\text{matmul}$ be the weights used in a product for each token: the blocks' weight
 # matrices and the generator (the embedding is a look-up, not a product; a tied generator's product is still
