@@ -52,6 +52,29 @@ def test_bootstrap_brackets_the_truth_of_noisy_points():
     assert band["l_pred"][0] <= band["l_pred"][1] <= band["l_pred"][2]
 
 
+def test_bootstrap_counts_its_two_skip_causes_apart():
+    points = _law_points()
+    band = scaling.bootstrap(points, 1e13, draws=100, seed=0)
+    assert band["skipped"] == band["skipped_few_sizes"] + band["skipped_no_minimum"]
+    assert band["skipped_few_sizes"] > 0  # five sizes drawn five times: about one budget in ten gets two or fewer
+    assert band["skipped_no_minimum"] < band["skipped_few_sizes"]  # only a vertex on the edge, by round-off
+    flat = [dict(p, valid_loss=3.0 - 0.1 * math.log(p["params"])) for p in points]  # no minimum anywhere
+    with pytest.raises(ValueError, match="no bootstrap draw"):
+        scaling.bootstrap(flat, 1e13, draws=20, seed=0)
+
+
+def test_shipped_band_is_what_the_code_gives_on_the_shipped_points():
+    """The interval the chapter shows is re-derived here from the shipped points, so code and data cannot part."""
+    shipped = scaling.load_shipped()
+    pred = shipped["prediction"]
+    band = scaling.bootstrap(shipped["points"], pred["budget"], pred["bootstrap"]["draws"], shipped["sweep"]["seed"])
+    assert set(band) == set(pred["bootstrap"])
+    for key, value in band.items():
+        assert pred["bootstrap"][key] == (pytest.approx(value, rel=1e-9) if isinstance(value, list) else value), key
+    assert pred["bootstrap_recomputed"]["after_check_run"] is True
+    assert pred["bootstrap_recomputed"]["at"] > pred["made_at"]  # recomputed after the prediction, and says so
+
+
 def test_no_minimum_gives_none():
     points = [dict(budget=1e10, params=n, valid_loss=3.0 - 0.1 * math.log(n)) for n in (1e3, 1e4, 1e5)]
     assert scaling.fit_parabola([p["params"] for p in points], [p["valid_loss"] for p in points]) is None

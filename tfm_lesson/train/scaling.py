@@ -3,10 +3,10 @@
     python -m tfm_lesson.train.scaling --out runs/scaling.json        # the whole sweep; run it again to resume
 
 For each training budget ``C`` (FLOPs, counted by :func:`tfm_lesson.train.cost.flops_per_token`), every model size of a
-row of shapes is trained on exactly ``C`` FLOPs: a small model sees many tokens, a large one few. Each budget's
-validation losses against ``ln N`` (``N``: all parameters) form an **isoFLOP curve** (Hoffmann et al., 2022,
-approach 2); a parabola through it gives the best size ``N_opt(C)`` at its vertex and the loss there ``L(C)``.
-A straight line through ``(ln C, ln N_opt)`` is approach 2's power law ``N_opt = k_N C^a``; one through
+row of shapes is trained on ``C`` FLOPs to within one step (about 0.2%): a small model sees many tokens, a large one
+few. Each budget's validation losses against ``ln N`` (``N``: all parameters) form an **isoFLOP curve** (Hoffmann
+et al., 2022, approach 2); a parabola through it gives the best size ``N_opt(C)`` at its vertex and the loss there
+``L(C)``. A straight line through ``(ln C, ln N_opt)`` is approach 2's power law ``N_opt = k_N C^a``; one through
 ``(ln C, ln L)``, ``L = k_L C^-alpha_C``, is this course's addition (close to Kaplan et al.'s law for the loss at
 the compute-efficient size), the one that predicts a loss. A bootstrap over the points (each budget's points
 drawn again with replacement, the whole fit repeated) gives their uncertainty. Then the fit **predicts** the loss
@@ -128,16 +128,21 @@ def predict(fit: dict, budget: float) -> tuple[float, float]:
 
 def bootstrap(points: list[dict], budget: float, draws: int = 1000, seed: int = 0) -> dict:
     """Percentiles (5, 50, 95) of the exponents and of the prediction at ``budget`` over ``draws`` refits, each on
-    every budget's points drawn again with replacement; draws without a minimum are skipped and counted."""
+    every budget's points drawn again with replacement. Draws that cannot be fitted are skipped and counted by
+    cause: ``"skipped_few_sizes"`` (a budget drew fewer than three distinct sizes, so no parabola) and
+    ``"skipped_no_minimum"`` (a budget's parabola has no minimum inside its sizes); ``"skipped"`` is their sum."""
     rng = np.random.default_rng(seed)
     groups = list(_by_budget(points).values())
     samples: dict[str, list[float]] = {"a": [], "alpha": [], "n_pred": [], "l_pred": []}
-    skipped = 0
+    few_sizes = no_minimum = 0
     for _ in range(draws):
-        drawn = [g[i] for g in groups for i in rng.integers(0, len(g), len(g))]
-        fit = fit_sweep(drawn)
+        drawn_groups = [[g[i] for i in rng.integers(0, len(g), len(g))] for g in groups]
+        if any(len({p["params"] for p in g}) < 3 for g in drawn_groups):
+            few_sizes += 1
+            continue
+        fit = fit_sweep([p for g in drawn_groups for p in g])
         if fit is None:
-            skipped += 1
+            no_minimum += 1
             continue
         n_pred, l_pred = predict(fit, budget)
         for key, value in (("a", fit["n_law"][1]), ("alpha", -fit["l_law"][1]), ("n_pred", n_pred),
@@ -146,7 +151,8 @@ def bootstrap(points: list[dict], budget: float, draws: int = 1000, seed: int = 
     if not samples["a"]:
         raise ValueError("no bootstrap draw had a minimum at every budget: widen the shapes of the sweep")
     out = {key: [float(v) for v in np.percentile(values, [5, 50, 95])] for key, values in samples.items()}
-    return {**out, "draws": draws, "skipped": skipped}
+    return {**out, "draws": draws, "skipped": few_sizes + no_minimum, "skipped_few_sizes": few_sizes,
+            "skipped_no_minimum": no_minimum}
 
 
 # --------------------------------------------------------------------------------------------------- sweep
@@ -280,7 +286,7 @@ def load_shipped() -> dict:
 
 def plot_isoflops(result: dict, title: str | None = None):
     """Two panels: left, the isoFLOP curves (validation loss against parameters, one colour per budget) with
-    their parabolas and vertices, and the check run; right, the best loss of each budget against the budget,
+    their parabolas and vertices, and the check run; right, the loss at each budget's vertex against the budget,
     the power law through them, the prediction with its 90% bootstrap interval, and the check run."""
     from ..look import viz
 
@@ -312,7 +318,7 @@ def plot_isoflops(result: dict, title: str | None = None):
         budgets = np.array(fit["budgets"] + [pred["budget"]])
         c_grid = np.exp(np.linspace(np.log(budgets.min()), np.log(budgets.max()), 50))
         (big_a, b) = fit["l_law"]
-        right.plot(fit["budgets"], fit["l_opt"], "D", color="black", label="best loss of each budget")
+        right.plot(fit["budgets"], fit["l_opt"], "D", color="black", label="loss at each budget's vertex")
         right.plot(c_grid, big_a * c_grid ** b, "--", color=viz.PALETTE[0], label=f"fit L = k_L C^{b:.3f}")
         low, _, high = pred["bootstrap"]["l_pred"]
         right.errorbar([pred["budget"]], [pred["loss"]], yerr=[[pred["loss"] - low], [high - pred["loss"]]],
