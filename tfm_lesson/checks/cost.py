@@ -94,8 +94,8 @@ def _flops_mistakes(c: GPTConfig, n: int) -> dict[str, int]:
         "forward, so 6 per weight (3 x the forward)": right // 3,
         "the attention term is missing: each token's query meets seq_len keys (Q K^T) and weighs seq_len values, "
         "4 x num_layers x seq_len x d_model FLOPs forward": right - attention,
-        "the attention term is halved: the kernels compute the whole seq_len x seq_len square, masked half "
-        "included (count 4, not 2, x num_layers x seq_len x d_model forward)": right - attention // 2,
+        "the attention term is halved: this course (like PaLM) counts the whole seq_len x seq_len square, masked "
+        "half included (count 4, not 2, x num_layers x seq_len x d_model forward)": right - attention // 2,
         "the generator is missing: the (d_model, vocab) product runs for every token, tied or not": right -
         6 * c.vocab_size * c.d_model,
         "you counted 6 x all parameters: the embedding look-up and the learned positions are not products (and "
