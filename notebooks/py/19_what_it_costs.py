@@ -149,7 +149,8 @@ print(f"{platform.processor() or platform.machine()}, torch {torch.__version__},
 # gives $12\, n_\text{layer} n_\text{ctx} d$ per token, the term Chowdhery et al. (2022, appendix B) add to
 # $6N$ for their MFU. Kaplan et al. write $C_\text{forward} \approx 2N_\text{ne} + 2 n_\text{layer} n_\text{ctx} d$
 # with $N_\text{ne}$ the non-embedding parameters: their attention term is half of ours, which matches counting
-# only the unmasked half (the paper does not say which). Training on $D$ tokens costs
+# only the unmasked half (the paper does not say which), and their $2N_\text{ne}$ leaves out the generator's
+# product, which ours counts. Training on $D$ tokens costs
 # $C \approx 6 N_\text{matmul} D$ plus the attention term.
 #
 # **Memory** of a float32 training step with Adam: $4 + 4 + 2 \cdot 4 = 16$ bytes per parameter (weight,
@@ -195,8 +196,8 @@ del model
 # Attention holds 72 matrices of $d \times d$ (four in each of the six encoder layers, eight in each of the six
 # decoder layers, which attend twice), the twelve feed-forward networks hold more, and one shared matrix of
 # 37,000 $\times$ 512 serves as source embedding, target embedding and generator. The paper's table 3 says 65 M
-# for its base model; the count above is a little smaller. The gap is possibly a different vocabulary size or
-# rounding; we have not found the exact count.
+# for its base model; the count above is a little smaller, by more than rounding to millions explains. The gap
+# is possibly a different vocabulary size; we have not found the exact count.
 #
 # Now chapter 14's GPT (its recipe in `tfm_lesson.train.recipes`), tied as it trains, and untied:
 
@@ -408,9 +409,10 @@ print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10, max
 # Read the table's first rows: the products (`mm`, `addmm`), the attention kernel and its backward, the GELU's
 # backward, copies (e.g. `copy_`), the log-softmax of the cross-entropy over the vocabulary, AdamW's update (the
 # exact rows vary from run to run). Everything that is not a product counts as time but not as model FLOPs.
-# Large models on GPUs, whose products are large enough that arithmetic dominates, reach MFUs of about a third to
-# over a half against the datasheet peak: PaLM's table 3 lists about a third for Gopher and Megatron-Turing NLG
-# and 46.2% for PaLM (Chowdhery et al., 2022), and NVIDIA's Megatron-LM reports over a half for its own runs.
+# Large models on GPUs and TPUs, whose products are large enough that arithmetic dominates, reach MFUs of about a
+# third to over a half against the datasheet peak: PaLM's table 3 lists about a third for Gopher (TPU v3) and
+# Megatron-Turing NLG (GPUs) and 46.2% for PaLM (TPU v4) (Chowdhery et al., 2022), and Korthikanti et al. (2022)
+# report 54.2% for a model of 530 billion parameters on 2,240 A100 GPUs with Megatron-LM.
 #
 # ## The recipe
 #
@@ -482,8 +484,9 @@ print(f"gradient norm before clipping larger than 0.1: {norm > 0.1}; after clipp
 # ## A scaling law on a CPU
 #
 # `python -m tfm_lesson.train.scaling` trains a grid of small GPTs on chapter 14's corpus (its tokenizer of 512 tokens,
-# windows of 64 tokens, batches of 16): at each of three budgets $C$, a row of sizes, each trained on exactly $C$
-# FLOPs by the formula above, so a small model takes many steps and a large one few. Every run is seeded, trained
+# windows of 64 tokens, batches of 16): at each of three budgets $C$, a row of sizes, each trained on $C$ FLOPs
+# by the formula above, to within one step (the cell prints how close), so a small model takes many steps and a
+# large one few. Every run is seeded, trained
 # by steps on one thread. It saves each point as it ends and continues an interrupted sweep. Its results ship
 # with the course; this chapter reads them, and re-runs one point live to show that they are what the command
 # produces:
@@ -498,6 +501,8 @@ print("budgets:", ", ".join(f"{b:.0e}" for b in settings["budgets"]), "FLOPs; ch
 print(f"{len(shipped['points'])} grid runs + 1 check run; training text {shipped['train_tokens']:,} tokens")
 sizes = [p["params"] for p in shipped["points"]]
 print(f"sizes from {min(sizes):,} to {max(sizes):,} parameters ({max(sizes) / min(sizes):.0f} x)")
+spent = [p["flops"] / p["budget"] for p in shipped["points"]]
+print(f"FLOPs spent / budget: {min(spent):.4f} to {max(spent):.4f} (whole steps only)")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -530,30 +535,39 @@ for p in sorted(shipped["points"], key=lambda p: (p["budget"], p["params"])):
 #
 # For each budget, a parabola through $(\ln N_\text{all}, \text{loss})$ and its vertex; then the two power laws
 # through the vertices, and a **bootstrap**: draw each budget's points again with replacement, redo every fit, a
-# thousand times, and read the 5th and 95th percentiles over the draws in which every budget still had a minimum.
-# The prediction for the larger budget, and its interval, were written into the results file before the check
-# run started (the file records when):
+# thousand times, and read the 5th and 95th percentiles over the draws in which every budget still had a minimum
+# inside the sizes it drew. The prediction for the larger budget was written into the results file before the
+# check run started (the file records when). Its interval was not: the one written then came from an earlier
+# parabola fit that accepted a vertex outside the sizes tried. The interval shown here was recomputed after the
+# check run, on the same points and draws, with the rule stated above (a vertex counts only inside the sizes
+# tried); the file says so and keeps the first one too.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 fit = scaling.fit_sweep(shipped["points"])
 for c, n, l in zip(fit["budgets"], fit["n_opt"], fit["l_opt"]):
-    print(f"C = {c:.0e}: best size N_opt = {n:,.0f} parameters, loss there {l:.3f}")
+    best = min((p for p in shipped["points"] if p["budget"] == c), key=lambda p: p["valid_loss"])
+    print(f"C = {c:.0e}: best size N_opt = {n:,.0f} parameters, loss at the vertex {l:.3f} "
+          f"(best run: d_model {best['d_model']}, {best['num_layers']} layer(s), {best['valid_loss']:.3f})")
 (k, a), (big_a, b) = fit["n_law"], fit["l_law"]
 band = shipped["prediction"]["bootstrap"]
+print("interval recomputed after the check run:", shipped["prediction"]["bootstrap_recomputed"]["after_check_run"])
 print(f"N_opt = {k:.3g} C^{a:.3f}   (90% bootstrap of the exponent: {band['a'][0]:.3f} to {band['a'][2]:.3f})")
 print(f"L     = {big_a:.3g} C^-{-b:.4f} (90% bootstrap of alpha_C: {band['alpha'][0]:.4f} to {band['alpha'][2]:.4f})")
-print(f"bootstrap draws {band['draws']}, skipped for lack of a minimum: {band['skipped']}")
+print(f"bootstrap draws {band['draws']}, skipped {band['skipped']}: {band['skipped_few_sizes']} drew fewer than "
+      f"three distinct sizes at some budget, {band['skipped_no_minimum']} had no minimum inside the sizes drawn")
 
 # %% [markdown]
-# The best size grows with the budget with an exponent (the cell prints it) near Hoffmann et al.'s one half, but
-# look at its interval: it holds Kaplan et al.'s $0.73$ as well, so these data cannot tell the two apart. And
-# that interval is only over the draws that had a minimum: many (the cell counts those skipped) had none inside
-# their sizes at all. With
-# five sizes a budget and bowls this shallow, the best size is poorly pinned down; the loss's exponent, read off
-# the bottoms of the bowls, much better. Each point also carries the noise of its seed, which at the smallest
-# budget is about as large as the differences between neighbouring sizes (the "Play with it" cell below trains a
-# point with another seed).
+# The best size grows with the budget with an exponent (the cell prints it) near Hoffmann et al.'s one half. Its
+# interval is wide: it takes in one half, and its upper end falls just short of Kaplan et al.'s $0.73$ (compare
+# the printed values), so these data lean towards the first but rule out little below it. And that interval is
+# only over the draws that could be fitted: many (the cell counts them by cause) drew too few distinct sizes at
+# some budget or had no minimum inside the sizes drawn. With five sizes a budget and bowls this shallow, the best
+# size is poorly pinned down; the loss's exponent, read off the bottoms of the bowls, much better. The loss at a
+# vertex is not the best loss the budget's runs reached either: at the middle budget one run lies well below the
+# parabola's vertex (the cell prints both). Each point also carries the noise of its seed, which at the smallest
+# budget is about as large as the differences between the three smallest sizes (the "Play with it" cell below
+# trains a point with another seed).
 
 # %% [markdown]
 # ### The prediction, and the run that checks it
@@ -572,15 +586,18 @@ print(f"check run: {check['params']:,} parameters, {check['steps']} steps, loss 
       f"the prediction")
 print(f"sweep: {shipped['seconds'] / 60:.0f} min of training on one thread")
 
-# %% mystnb={"image": {"alt": "Two panels: on the left, loss against parameters for each budget forms a shallow bowl with a fitted parabola, lower for larger budgets, minima marked; on the right, the best losses against compute follow a dashed power law extended to the larger budget, where the check run's star sits well above the prediction's error bar."}}
+# %% mystnb={"image": {"alt": "Two panels: on the left, loss against parameters for each budget forms a shallow bowl with a fitted parabola, lower for larger budgets, minima marked; on the right, the losses at the vertices against compute follow a dashed power law extended to the larger budget, where the check run's star sits well above the prediction's error bar."}}
 scaling.plot_isoflops(shipped, title="A scaling law grown on a CPU: isoFLOP curves, the fit, the prediction and its check")
 
 # %% [markdown]
 # The prediction **missed**. The check run, trained after the prediction was written down, ended well above the
 # interval the bootstrap drew (the cell above prints both, and the star sits above the error bar in the right
-# panel). The size the fit chose lies inside the range the grid explored; the loss it promised was too low. Why? A power law is a straight
-# line on log-log axes, and the three budgets' best losses do not lie on one: the fall slows down. Measure the
-# local exponent between neighbouring budgets, $-\Delta \ln L / \Delta \ln C$:
+# panel). The size the fit chose lies inside the range the grid explored, though its own interval is wide. The
+# check is one run at the grid shape nearest that size, not the vertex of an isoFLOP curve at the new budget, so
+# its loss is an upper bound on the best loss that budget could reach; even so, it lies further above the
+# prediction than the interval allows. Why? A power law is a straight line on log-log axes, and the losses at the
+# three vertices do not lie on one: the fall slows down. Measure the local exponent between neighbouring
+# budgets, $-\Delta \ln L / \Delta \ln C$:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -591,15 +608,17 @@ print(f"check run: training loss {check['train_loss']:.3f}, validation loss {che
       f"{check['tokens'] / shipped['train_tokens']:.1f} passes over the training text")
 
 # %% [markdown]
-# The exponent shrinks at every step, and the last one, to the check run, is a fraction of the first. The
-# fitted $\alpha_C$ averages the steep early steps with the flatter later ones and so promised too much at the next
-# budget; the bootstrap could not warn about it, because it only resamples the scatter of the points around a
-# line and assumes the line is the right shape. The training and validation losses of the check run are close
+# The exponent shrinks at every step, and the last one, to the check run, is a fraction of the first; since the
+# check run's loss is only an upper bound on that budget's best, the last exponent is a lower bound on the local
+# one there. The fitted $\alpha_C$ averages the steep early steps with the flatter later ones and so promised too
+# much at the next budget; the bootstrap could not warn about it, because it only resamples the scatter of the
+# points around a line and assumes the line is the right shape. The training and validation losses of the check run are close
 # (the cell prints both): the model is not memorising the text. Nothing here isolates the cause; likely
 # contributors are a loss that approaches the text's own entropy, which a plain power law does not know about,
 # a text this small seen several times over (Muennighoff et al. (2023) found up to about four passes worth
-# almost as much as fresh text; the grid's best sizes made fewer, the check run more, as the tables print), and
-# a learning rate, batch and seed held fixed for every size (the list below). A law measured over a factor of
+# almost as much as fresh text; the grid's best sizes made fewer, the check run more, as the tables print),
+# a learning rate, batch and seed held fixed for every size (the list below), and a best size that is itself
+# uncertain, so that the check ran at a size other than the budget's best. A law measured over a factor of
 # ten in compute predicted a factor of about three beyond it, and was wrong by more than its error bars: that
 # is the most useful thing a first scaling law can teach.
 #
@@ -787,7 +806,7 @@ T.quiz.show("19")
 # *Training Compute-Optimal Large Language Models* (2022). A. Chowdhery et al., *PaLM: Scaling Language Modeling with Pathways* (2022), where MFU is defined.
 # I. Loshchilov & F. Hutter, *Decoupled Weight Decay Regularization* (2019). N. Muennighoff et al., *Scaling
 # Data-Constrained Language Models* (2023). T. Pearce & J. Song, *Reconciling Kaplan and Chinchilla Scaling
-# Laws* (2024).
+# Laws* (2024). V. Korthikanti et al., *Reducing Activation Recomputation in Large Transformer Models* (2022).
 
 # %% [markdown]
 # ## Licence and how to cite
