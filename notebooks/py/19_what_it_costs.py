@@ -406,8 +406,9 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as
 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=40))
 
 # %% [markdown]
-# Read the table's first rows: the products (`mm`, `addmm`), the attention kernel and its backward, the GELU's
-# backward, copies (e.g. `copy_`), the log-softmax of the cross-entropy over the vocabulary, AdamW's update (the
+# Read the table's first rows: the products (`mm`, `addmm`), the attention kernel and its backward, the attention
+# module's guards for fully masked rows (`where`, and a `sum`: see `tfm_lesson.attention`), the GELU's backward,
+# copies (e.g. `copy_`), the log-softmax of the cross-entropy over the vocabulary, AdamW's update (the
 # exact rows vary from run to run). Everything that is not a product counts as time but not as model FLOPs.
 # Large models on GPUs and TPUs, whose products are large enough that arithmetic dominates, reach MFUs of about a
 # third to over a half against the datasheet peak: PaLM's table 3 lists about a third for Gopher (TPU v3) and
@@ -594,7 +595,8 @@ scaling.plot_isoflops(shipped, title="A scaling law grown on a CPU: isoFLOP curv
 # interval the bootstrap drew (the cell above prints both, and the star sits above the error bar in the right
 # panel). The size the fit chose lies inside the range the grid explored, though its own interval is wide. The
 # check is one run at the grid shape nearest that size, not the vertex of an isoFLOP curve at the new budget, so
-# its loss is an upper bound on the best loss that budget could reach; even so, it lies further above the
+# its loss is an upper bound, up to the noise of one seed (the "Play with it" cell below measures it), on the best
+# loss that budget could reach; even so, it lies further above the
 # prediction than the interval allows. Why? A power law is a straight line on log-log axes, and the losses at the
 # three vertices do not lie on one: the fall slows down. Measure the local exponent between neighbouring
 # budgets, $-\Delta \ln L / \Delta \ln C$:
@@ -609,8 +611,8 @@ print(f"check run: training loss {check['train_loss']:.3f}, validation loss {che
 
 # %% [markdown]
 # The exponent shrinks at every step, and the last one, to the check run, is a fraction of the first; since the
-# check run's loss is only an upper bound on that budget's best, the last exponent is a lower bound on the local
-# one there. The fitted $\alpha_C$ averages the steep early steps with the flatter later ones and so promised too
+# check run's loss is only an upper bound on that budget's best (up to seed noise), the last exponent is a lower
+# bound on the local one there, to the same noise. The fitted $\alpha_C$ averages the steep early steps with the flatter later ones and so promised too
 # much at the next budget; the bootstrap could not warn about it, because it only resamples the scatter of the
 # points around a line and assumes the line is the right shape. The training and validation losses of the check run are close
 # (the cell prints both): the model is not memorising the text. Nothing here isolates the cause; likely
@@ -624,9 +626,10 @@ print(f"check run: training loss {check['train_loss']:.3f}, validation loss {che
 #
 # ### What differs at this scale
 #
-# Kaplan et al. and Hoffmann et al. trained models from millions to billions of parameters: Hoffmann et al. on
-# up to hundreds of billions of tokens, mostly seen once; Kaplan et al. on a corpus of 23 billion tokens. This
-# sweep differs in ways that bend its law:
+# Kaplan et al. trained models from 768 to 1.5 billion non-embedding parameters (their smallest overlap this
+# sweep's), on a corpus of 23 billion tokens; Hoffmann et al. from 70 million to over 16 billion parameters, on up
+# to hundreds of billions of tokens, mostly seen once. So model size is not what sets this sweep apart; it differs in
+# ways that bend its law:
 
 # %%
 # NBVAL_CHECK_OUTPUT
