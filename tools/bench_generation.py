@@ -18,6 +18,8 @@ at N new tokens is N over the summed medians of the first N positions. Also time
 """
 from __future__ import annotations
 
+import inspect
+
 import os
 import statistics
 import subprocess
@@ -122,16 +124,18 @@ def contenders(model: nn.Module, hf: nn.Module | None, batch: int, max_len: int)
         return lambda p: model(p)[:, -1], lambda _, seq: model(seq)[:, -1]
 
     def transformers_gpt2():
+        # transformers 5 names the cache `cache`; 4.x (the oldest PyTorch's environment) `past_key_values`
+        cache_name = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
         state = {}
 
         def prefill(p):
             r = hf(input_ids=p, use_cache=True)
-            state["past"] = r.cache
+            state["past"] = getattr(r, cache_name)
             return r.logits[:, -1]
 
         def step(token, _):
-            r = hf(input_ids=token, cache=state["past"], use_cache=True)  # its DynamicCache, appended
-            state["past"] = r.cache
+            r = hf(input_ids=token, use_cache=True, **{cache_name: state["past"]})  # its DynamicCache, appended
+            state["past"] = getattr(r, cache_name)
             return r.logits[:, -1]
         return prefill, step
 

@@ -80,7 +80,10 @@ def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), 
     variables.update(env or {})
     for key, value in sorted(variables.items()):
         args += ["--setenv", key, value]
-    return [*args, "--chdir", str(scratch), "--", *argv]
+    program = argv[0]
+    if os.sep in program:  # its folder as the sandbox shows it (a symbolic link to a venv is not bound; the venv is),
+        program = str(Path(program).parent.resolve() / Path(program).name)  # the name kept: a venv's python stays it
+    return [*args, "--chdir", str(scratch), "--", program, *argv[1:]]
 
 
 def check_sandbox(bwrap: str | None = None) -> None:

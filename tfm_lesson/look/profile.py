@@ -98,12 +98,19 @@ class StepProfile:
 
 def count_python_calls(fn: Callable[[], object]) -> int:
     """Calls of Python functions and of built-in functions (torch's operators included) made by one ``fn()``."""
-    calls = 0
+    calls = -1  # the call of fn itself does not count
+    inside = False  # counting starts at fn's own frame: what the profiler reports around it differs by Python version
+    target = getattr(fn, "__code__", None)
 
     def hook(frame, event, arg):
-        nonlocal calls
-        if event in ("call", "c_call"):
+        nonlocal calls, inside
+        if not inside and event == "call" and (target is None or frame.f_code is target):
+            inside = True
+        if inside and event in ("call", "c_call"):
             calls += 1
+        if inside and event == "return" and (target is None or frame.f_code is target) and frame.f_back is not None \
+                and frame.f_back.f_code is count_python_calls.__code__:
+            inside = False  # fn returned: what follows (restoring the profiler) is not fn's
 
     previous = sys.getprofile()
     sys.setprofile(hook)
@@ -111,7 +118,7 @@ def count_python_calls(fn: Callable[[], object]) -> int:
         fn()
     finally:
         sys.setprofile(previous)
-    return max(0, calls - 1)  # the call of fn itself does not count
+    return max(0, calls)
 
 
 _STEP = "tfm_lesson.profile_step"
