@@ -38,6 +38,8 @@ __all__ = [
 def __getattr__(name: str):
     """An old module path as an attribute (``tfm_lesson.course.quiz``, ``tfm_lesson.look.viz``): the module at its new path."""
     new = _moved.new_name(f"{__name__}.{name}")
+    if new is None and name in ("checks", "course", "look", "train"):  # a folder, on first use: T.course.quiz.show
+        new = f"{__name__}.{name}"
     if new is not None:
         import importlib
 

@@ -38,3 +38,12 @@ __all__ = ["STUDENT_STUB", "CourseError", "is_setup_cell", "write_notebook", "SC
            "release_page", "retarget", "set_badge", "setup_cell", "fold_cell", "is_folded", "strip_title", "unfold",
            "KEPT_HEADER", "KEPT_TAG", "copy_chapter_answers", "restore", "restore_files", "student_copy",
            "write_student_copies"]
+
+
+def __getattr__(name: str):
+    """``tfm_lesson.course.quiz`` (and its ``quizzes/``) on first use: the set-up cell's tools do not need them."""
+    if name in ("quiz", "quizzes"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
