@@ -88,10 +88,12 @@ def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), 
 
 def check_sandbox(bwrap: str | None = None) -> None:
     """Run ``true`` in the sandbox once; :class:`SandboxUnavailable` with bubblewrap's own words if it cannot."""
-    scratch = Path(os.environ.get("TMPDIR", "/tmp"))
-    command = sandbox_command(["/bin/true"], scratch=scratch, bwrap=bwrap)
+    import tempfile
+
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        with tempfile.TemporaryDirectory(prefix="tfm-sandbox-check-") as scratch:  # not the grader's own /tmp
+            command = sandbox_command(["/bin/true"], scratch=Path(scratch), bwrap=bwrap)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxUnavailable(f"bubblewrap could not run ({exc}); pass --no-sandbox to grade without it") from None
     if done.returncode != 0:
