@@ -22,15 +22,20 @@ from torch import Tensor, nn
 
 from ._mistake import Mistake
 from ._pristine import check_unchanged, copy_inputs
+from ._replay import learner_side
 from ._time_limit import TIME_LIMIT, time_limit
 
 __all__ = ["Mistake", "passed", "output_of", "close", "expect", "diagnose", "call", "time_limit", "TIME_LIMIT",
-           "expect_written", "explain_exception", "run_on_device", "check_on_device", "check_device_placement", "to_device", "to_cpu"]
+           "expect_written", "explain_exception", "run_on_device", "check_on_device", "check_device_placement", "to_device", "to_cpu",
+           "learner_side"]
 
 
 def passed(name: str, detail: str) -> None:
-    """The one success line a checker prints."""
-    print(f"✔ {name} passed: {detail}")
+    """The one success line a checker prints (not while the grader replays it: the grade says it)."""
+    from ._replay import replaying
+
+    if not replaying():
+        print(f"✔ {name} passed: {detail}")
 
 
 def output_of(result: Any) -> Tensor:

@@ -9,15 +9,59 @@ the obvious hand-offs an exercise forbids in its text; code that hides a call (`
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import textwrap
 import types
 from typing import Any, Iterable, Iterator
 
 from ._harness import Mistake
+from ._rules_static import Source, raise_base
 
 __all__ = ["learner_code", "code_names", "forbid_reference_base", "forbid_names", "forbid_keyword", "forbid_loops",
-           "forbid_objects"]
+           "forbid_objects", "source"]
+
+_static: tuple[Source, list[str]] | None = None  # while the grader replays a check: the extracted code, answer names
+
+
+@contextlib.contextmanager
+def source(code: str | None, names: list[str] | None = None) -> Iterator[None]:
+    """While the grader replays a check (:mod:`._replay`): the rules read ``code``, the learner's code as the grader
+    extracted it, where ``names`` are the check's answers in order (the answer behind handle 0 is ``names[0]``)."""
+    global _static
+    before = _static
+    _static = (Source(code), list(names or [])) if code is not None else None
+    try:
+        yield
+    finally:
+        _static = before
+
+
+def _where_static(obj: Any) -> tuple[Source, str] | None | bool:
+    """While grading: (the extracted code, the answer's name) for the replay, True while recording (the rules wait
+    for the replay), None in a notebook (the rules read the live objects)."""
+    from ._replay import Handle, recording, replaying
+
+    if recording():
+        return True
+    if replaying() or isinstance(obj, Handle):
+        number = getattr(obj, "_tfm_id", None) if isinstance(obj, Handle) else None
+        if _static is None or number is None or number >= len(_static[1]):
+            return True  # nothing to read: no rule can be applied to it
+        return _static[0], _static[1][number]
+    return None
+
+
+def _static_trees(obj: Any) -> list[tuple[str, ast.AST, Source]] | None:
+    """The answer's functions read from the extracted code, or None when the live objects are to be read."""
+    found = _where_static(obj)
+    if found is None:
+        return None
+    if found is True:
+        return []
+    src, name = found
+    return [(qualname, tree, src) for qualname, tree in src.functions(name)]
+
 
 _LIBRARIES = ("tfm_lesson", "torch")
 
@@ -82,13 +126,20 @@ def code_names(fn: types.FunctionType) -> set[str]:
     return names
 
 
-def _where(fn: types.FunctionType, node: ast.AST) -> str:
+def _where(fn: types.FunctionType | str, node: ast.AST) -> str:
+    if isinstance(fn, str):  # read from the extracted code: the line of the cell
+        return f"`{fn}` (line {getattr(node, 'lineno', 1)} of its cell)"
     line = fn.__code__.co_firstlineno + getattr(node, "lineno", 1) - 1
     return f"`{fn.__qualname__}` (line {line} of its cell)"
 
 
 def forbid_reference_base(cls: type, what: str, instead: str) -> None:
     """``cls`` may not derive from a class of this package (the reference it is asked to rewrite)."""
+    found = _where_static(cls)
+    if found is not None:
+        if found is not True:
+            raise_base(found[0], found[1], what, instead)
+        return
     for base in cls.__mro__[1:]:
         module = base.__module__ or ""
         if module == "tfm_lesson" or module.startswith("tfm_lesson."):
@@ -100,6 +151,17 @@ def forbid_names(obj: Any, names: Iterable[str], what: str, why: str) -> None:
     """The learner's code may not name any of ``names`` (as ``F.name``, ``T.name`` or a bare ``name`` that is not the
     learner's own), e.g. the reference function an exercise asks to rewrite."""
     names = set(names)
+    trees = _static_trees(obj)
+    if trees is not None:
+        for qualname, tree, src in trees:
+            for node in ast.walk(tree):
+                used = node.attr if isinstance(node, ast.Attribute) and node.attr in names else (
+                    node.id if isinstance(node, ast.Name) and node.id in names and not src.is_learners(node.id)
+                    else None)
+                if used:
+                    raise Mistake(f"WRITE IT YOURSELF: your {what} uses `{used}` in `{qualname}` (line "
+                                  f"{getattr(node, 'lineno', 1)} of its cell). {why}")
+        return
     for fn, tree in learner_code(obj):
         if not tree.body:  # no source to point at: the compiled names say it
             used = sorted(n for n in code_names(fn) & names if not _is_learners_name(fn, n))
@@ -124,7 +186,9 @@ def forbid_keyword(obj: Any, keyword: str, what: str, why: str, functions: Itera
     """No call in the learner's code may pass ``keyword=`` (only calls to ``functions``, by their last name, when
     given), e.g. ``F.cross_entropy(..., label_smoothing=...)``."""
     only = set(functions) if functions is not None else None
-    for fn, tree in learner_code(obj):
+    trees = _static_trees(obj)
+    pairs = [(q, t) for q, t, _ in trees] if trees is not None else learner_code(obj)
+    for fn, tree in pairs:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not any(k.arg == keyword for k in node.keywords):
                 continue
@@ -139,7 +203,9 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictC
 
 def forbid_loops(obj: Any, what: str, why: str) -> None:
     """The learner's code may hold no Python loop (``for``, ``while``, a comprehension or generator expression)."""
-    for fn, tree in learner_code(obj):
+    trees = _static_trees(obj)
+    pairs = [(q, t) for q, t, _ in trees] if trees is not None else learner_code(obj)
+    for fn, tree in pairs:
         for node in ast.walk(tree):
             if isinstance(node, _LOOPS):
                 kind = {ast.For: "a `for` loop", ast.AsyncFor: "a `for` loop", ast.While: "a `while` loop"}.get(
@@ -169,6 +235,11 @@ def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> No
                 return targets[id(candidate)]
         return None
 
+    found = _where_static(obj)
+    if found is not None:
+        if found is not True:
+            _objects_static(found[0], found[1], label_of, what, why)
+        return
     used = label_of(obj)
     if used:
         raise Mistake(f"WRITE IT YOURSELF: your {what} is the package's `{used}`. {why}")
@@ -192,3 +263,19 @@ def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> No
             if used:
                 raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{name}`) in "
                               f"`{fn.__qualname__}`. {why}")
+
+
+def _objects_static(src: Source, name: str, label_of: Any, what: str, why: str) -> None:
+    """:func:`forbid_objects` on the extracted code: the answer's binding, its functions' defaults and every name or
+    attribute they use, resolved through the imports and assignments of the code."""
+    used = label_of(src.resolve(ast.Name(id=name, ctx=ast.Load())))
+    if used:
+        raise Mistake(f"WRITE IT YOURSELF: your {what} is the package's `{used}`. {why}")
+    for qualname, tree in src.functions(name):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+                used = label_of(src.resolve(node))
+                if used:
+                    shown = ast.unparse(node)
+                    raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{shown}`) in "
+                                  f"{_where(qualname, node)}. {why}")

@@ -221,16 +221,20 @@ def check_cross_attention_step(fn: Callable) -> None:
 
     torch.manual_seed(15)
     mha = MultiHeadAttention(16, 4).eval()
-    calls: list[str] = []
-    hooks = [mha.w_k.register_forward_hook(lambda *a: calls.append("k")),
-             mha.w_v.register_forward_hook(lambda *a: calls.append("v"))]
+    # each projection counts its own calls in a plain attribute: a fact of the module, which the grader's replay
+    # carries back with the module's state (a list the hooks filled would stay in the kernel)
+    def count(module: torch.nn.Module, *_: object) -> None:
+        module.projections += 1
+
+    mha.w_k.projections = mha.w_v.projections = 0
+    hooks = [mha.w_k.register_forward_hook(count), mha.w_v.register_forward_hook(count)]
     try:
         for batch, src_len in ((2, 5), (3, 7)):
             memory = torch.randn(batch, src_len, 16)
             x = torch.randn(batch, 6, 16)
             with torch.no_grad():
                 want = mha(x, memory, memory)[0]
-                calls.clear()
+                mha.w_k.projections = mha.w_v.projections = 0
                 store: dict = {}
                 got = []
                 for t in range(6):
@@ -241,8 +245,8 @@ def check_cross_attention_step(fn: Callable) -> None:
                                             f"{tuple(want.shape)} (batch, new_len, d_model) per step")
             expect(close(got, want), "the output differs from cross-attention over the memory, "
                                      "mha(x_new, memory, memory)[0]")
-            expect(calls.count("k") <= 1 and calls.count("v") <= 1, RECOMPUTED)
-            expect(calls.count("k") == 1, "the keys were never projected with mha.w_k: compute them from the memory "
+            expect(mha.w_k.projections <= 1 and mha.w_v.projections <= 1, RECOMPUTED)
+            expect(mha.w_k.projections == 1, "the keys were never projected with mha.w_k: compute them from the memory "
                                           "on the first step")
     finally:
         for h in hooks:

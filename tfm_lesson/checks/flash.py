@@ -24,7 +24,7 @@ from torch import Tensor
 from ..look.memory import peak_tensor_bytes
 from ._flash_slips import (NAN_QUERY, NAN_ROW, ONLINE_SLIPS, TILED_SLIPS, causal_rule, name_the_slip, nan_symptom,
                            online, reference_attention, reference_softmax, tiled)
-from ._harness import Mistake, call, close, expect, output_of, passed
+from ._harness import Mistake, call, close, expect, learner_side, output_of, passed
 from ._rules import forbid_names, forbid_objects
 
 __all__ = ["check_online_softmax", "check_tiled_attention", "check_arithmetic_intensity"]
@@ -154,7 +154,7 @@ def _check_tiled_memory(fn: Callable) -> None:
     q, k, v = (torch.randn(1, 1, length, 16, generator=gen) for _ in range(3))
     square = length * length * q.element_size()  # one (q_len, k_len) matrix of scores
     with torch.no_grad():
-        peak = call(peak_tensor_bytes, fn, q, k, v, block, False, None,
+        peak = call(learner_side(peak_tensor_bytes), fn, q, k, v, block, False, None,
                     what=f"your function(query (1, 1, {length}, 16), ..., block_size={block})")
     expect(peak < square, f"NOT TILED: at length {length} with block_size={block} your function's tensors held "
                           f"{peak / 1024:.0f} KiB at their peak, as much as the full (q_len, k_len) score matrix "

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..look.memory import peak_tensor_bytes
 from ._flash_slips import causal_rule, same_numbers
-from ._harness import Mistake, call, close, expect, passed
+from ._harness import Mistake, call, close, expect, learner_side, passed
 from ._rules import forbid_names, forbid_objects
 
 __all__ = ["check_flash_backward"]
@@ -137,7 +137,7 @@ def _check_memory(fn: Callable) -> None:
     grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float64)
     square = length * length * q.element_size()
     with torch.no_grad():
-        peak = call(peak_tensor_bytes, fn, q, k, v, out, lse, grad_out, block, False, None,
+        peak = call(learner_side(peak_tensor_bytes), fn, q, k, v, out, lse, grad_out, block, False, None,
                     what=f"your backward(q (1, 1, {length}, 16), ..., block_size={block})")
     expect(peak < square, f"STORED P: at length {length} with block_size={block} your backward's tensors held "
                           f"{peak / 1024:.0f} KiB at their peak, as much as a full (q_len, k_len) matrix "

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ._harness import Mistake, call, close, expect, passed
+from ._harness import Mistake, call, close, expect, learner_side, passed
 
 __all__ = ["check_query_entropy", "check_heads_off", "check_rank_correlation"]
 
@@ -114,9 +114,7 @@ def check_heads_off(fn: Callable) -> None:
             expect(hasattr(ctx, "__enter__") and hasattr(ctx, "__exit__"),
                    f"heads_off(...) returned {type(ctx).__name__}, expected a context manager: decorate the "
                    "generator with @contextlib.contextmanager")
-            with ctx:
-                inside = mha(x, mem, mem)[0]
-            after = mha(x, mem, mem)[0]
+            inside, after = learner_side(_inside_and_after)(ctx, mha, x, mem)
             want = _by_hand(mha, x, mem, heads)
             if not close(inside, want):
                 if close(inside, before):
@@ -137,15 +135,29 @@ def check_heads_off(fn: Callable) -> None:
                 raise Mistake(f"{what}: the output differs from W^O applied to the heads with {heads} zeroed")
             expect(close(after, before), f"after the block {what} the module still behaves differently: remove the "
                    "hook when the block ends (handle.remove() in a finally:)")
-        try:
-            with call(fn, mha, [2], what="heads_off(mha, [2])"):
-                raise KeyError("an error inside the block")
-        except KeyError:
-            pass
-        expect(close(mha(x, mem, mem)[0], before), "after an error inside the block the hook stays: remove it in a "
+        ctx = call(fn, mha, [2], what="heads_off(mha, [2])")
+        expect(close(learner_side(_after_an_error)(ctx, mha, x, mem), before), "after an error inside the block the hook stays: remove it in a "
                "try/finally, so that the module is restored whatever happens in the block")
     passed("check_heads_off", "the listed heads' slices zeroed before W^O, the hook removed afterwards, even after "
            "an error")
+
+
+def _inside_and_after(ctx, mha, x: Tensor, mem: Tensor) -> tuple[Tensor, Tensor]:
+    """The module's output inside the learner's block and after it (the learner's hook acts on the checker's module,
+    so this runs where the learner's code lives: :func:`._replay.learner_side`)."""
+    with ctx:
+        inside = mha(x, mem, mem)[0]
+    return inside, mha(x, mem, mem)[0]
+
+
+def _after_an_error(ctx, mha, x: Tensor, mem: Tensor) -> Tensor:
+    """The module's output after an error ended the learner's block."""
+    try:
+        with ctx:
+            raise KeyError("an error inside the block")
+    except KeyError:
+        pass
+    return mha(x, mem, mem)[0]
 
 
 def _strided(mha, x, mem, heads):

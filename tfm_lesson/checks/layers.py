@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from .. import masks as M
 from ..decoder import Decoder, DecoderLayer
 from ..encoder import Encoder, EncoderLayer
-from ._harness import (Mistake, call, check_on_device, close, diagnose, expect,
+from ._harness import (Mistake, call, check_on_device, close, diagnose, expect, learner_side,
                        expect_written, output_of, passed, time_limit)
 
 __all__ = ["check_encoder_layer", "check_decoder_layer", "check_encoder", "check_decoder"]
@@ -113,16 +113,22 @@ def _lengths_mask(rng: random.Random, batch: int, length: int) -> tuple[Tensor, 
 def _grads_match(learner: nn.Module, ref: nn.Module, out: Tensor, expected: Tensor, x: Tensor, x_ref: Tensor,
                  what: str) -> None:
     weight = torch.randn_like(expected)
-    (out * weight).sum().backward()
+    x_grad, grads = learner_side(_learner_grads)(learner, out, x, weight)
     (expected * weight).sum().backward()
-    expect(x.grad is not None and close(x.grad, x_ref.grad, atol=1e-4), RESIDUAL)
+    expect(x_grad is not None and close(x_grad, x_ref.grad, atol=1e-4), RESIDUAL)
     theirs = dict(ref.named_parameters())
-    for name, p in learner.named_parameters():
+    for name, g in grads.items():
         if name in theirs and theirs[name].grad is not None:
-            g = p.grad if p.grad is not None else torch.zeros_like(p)
-            expect(close(g, theirs[name].grad, atol=1e-4),
+            expect(close(g if g is not None else torch.zeros_like(theirs[name]), theirs[name].grad, atol=1e-4),
                    f"the output of your {what} matches, but the gradient of `{name}` does not: is some tensor "
                    "detached (`.detach()`, `.data`, `torch.no_grad()`) on the way?")
+
+
+def _learner_grads(learner: nn.Module, out: Tensor, x: Tensor, weight: Tensor) -> tuple[Tensor | None, dict]:
+    """Gradients flowing back through the learner's output to its input and to its parameters (they flow through
+    the learner's code, so this runs where it lives: :func:`._replay.learner_side`)."""
+    (out * weight).sum().backward()
+    return x.grad, {name: p.grad for name, p in learner.named_parameters()}
 
 
 # the encoder layer ----------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model import Transformer, TransformerConfig, count_parameters
-from ._harness import Mistake, call, close, diagnose, expect, expect_written, output_of, passed
+from ._harness import Mistake, call, close, diagnose, expect, expect_written, learner_side, output_of, passed
 
 __all__ = ["check_scaled_embedding", "check_generator", "check_tie_weights", "check_parameter_count"]
 
@@ -98,33 +98,44 @@ def check_tie_weights(fn: Callable) -> None:
     embedding, generator = nn.Embedding(vocab_size, d_model), nn.Linear(d_model, vocab_size, bias=False)
     original, before = generator.weight, generator.weight.detach().clone()
     result = call(fn, embedding, generator, what="your tie_weights")
-    expect(generator.weight is not original or not torch.equal(original.detach(), before),
-           "your tie_weights is not written yet: it left the generator untouched. Make the generator use the "
-           "embedding's weight: generator.weight = embedding.weight")
-    expect(result is None or result is generator,
-           "tie the weights in place (assign generator.weight) and return nothing; the checker inspects the modules "
-           "it passed in")
-    w, e = generator.weight, embedding.weight
-    if w is e:
-        pair = nn.ModuleDict({"embedding": embedding, "generator": generator})
-        expect(count_parameters(pair) == vocab_size * d_model, "a tied matrix should be counted once")
-        loss = generator(embedding(torch.tensor([[1, 2]]))).logsumexp(-1).sum()
-        loss.backward()
-        expect(e.grad is not None, "no gradient reached the shared weight")
+    # `original` goes in by closure: the grader's copy of it is not the kernel's once the learner replaced it
+    tied = learner_side(lambda e, g, b, r: _tied(e, g, original, b, r))(embedding, generator, before, result)
+    expect(tied["touched"], "your tie_weights is not written yet: it left the generator untouched. Make the "
+           "generator use the embedding's weight: generator.weight = embedding.weight")
+    expect(tied["returned"], "tie the weights in place (assign generator.weight) and return nothing; the checker "
+           "inspects the modules it passed in")
+    if tied["same"]:
+        expect(tied["counted"] == vocab_size * d_model, "a tied matrix should be counted once")
+        expect(tied["gradient"], "no gradient reached the shared weight")
         passed("check_tie_weights", "generator.weight is embedding.weight: one Parameter, one gradient, counted once")
         return
-    if tuple(w.shape) == (d_model, vocab_size):
+    if tuple(tied["shape"]) == (d_model, vocab_size):
         raise Mistake("the generator weight is transposed: nn.Linear(d_model, vocab_size).weight is already "
                       "(vocab_size, d_model), the shape of the embedding table; share it as is")
-    if w.data_ptr() == e.data_ptr():
+    if tied["storage"]:
         raise Mistake("the generator's weight shares storage with the embedding but is a separate Parameter (a new "
                       "nn.Parameter(...) around it, or `.data =`): two leaves, two gradients, counted twice. Assign "
                       "the Parameter itself: generator.weight = embedding.weight")
-    if close(w.detach(), e.detach()):
+    if tied["close"]:
         raise Mistake("tied weights copied instead of shared: the generator holds a copy of the embedding, so the two "
                       "drift apart as soon as training starts. Assign the Parameter itself: "
                       "generator.weight = embedding.weight (no .clone(), no copy_)")
     raise Mistake("the generator's weight is not the embedding's: assign generator.weight = embedding.weight")
+
+
+def _tied(embedding: nn.Embedding, generator: nn.Linear, original: Tensor, before: Tensor, result: object) -> dict:
+    """What the learner's tie_weights made of the two modules (identity and storage are facts of the process that
+    holds them, so this runs there: :func:`._replay.learner_side`)."""
+    w, e = generator.weight, embedding.weight
+    facts = {"touched": w is not original or not torch.equal(original.detach(), before),
+             "returned": result is None or result is generator, "same": w is e, "shape": list(w.shape),
+             "storage": w.data_ptr() == e.data_ptr(), "close": close(w.detach(), e.detach()) if w.shape == e.shape
+             else False, "counted": 0, "gradient": False}
+    if facts["same"]:
+        facts["counted"] = count_parameters(nn.ModuleDict({"embedding": embedding, "generator": generator}))
+        generator(embedding(torch.tensor([[1, 2]]))).logsumexp(-1).sum().backward()
+        facts["gradient"] = e.grad is not None
+    return facts
 
 
 # the parameter count ----------------------------------------------------------------------------------------------

@@ -9,9 +9,11 @@ For each submission (a student copy the student worked in):
   solution (matched by cell id, else by the order of the solution-tagged cells). They run, in order, among the
   chapter's own definitions (its imports, functions and classes; no training, no plots), in a fresh kernel with a
   memory limit and a time limit per cell. Anything else the student added or changed is ignored and listed.
-* each check runs the checker imported afresh (``tfm_lesson.checks`` is removed from ``sys.modules`` and imported
-  again right before it), so an answer that rebinds a checker's name, or patches the checker module, changes
-  nothing; the chapter's own check cell is not run.
+* each check is computed in the grader's own process, not in the kernel: the kernel only runs the student's code on
+  the checker's inputs and records what it returned (:mod:`tfm_lesson.course.verdicts`,
+  :mod:`tfm_lesson.checks._replay`); the comparison, the named mistake and the pass happen here, and the source rules
+  read the code the grader extracted. Nothing an answer patches inside its kernel (``print``, ``importlib``,
+  ``torch``, IPython's events) can change a verdict; the chapter's own check cell is not run.
 * an endless loop or a memory hog costs that exercise its points (the kernel is restarted and the other
   exercises go on); an empty, broken, huge or non-notebook file scores 0 with the reason.
 
@@ -21,8 +23,6 @@ max_points, message`` (the checker's message verbatim); ``--feedback`` writes on
 """
 from __future__ import annotations
 
-import json
-import secrets
 import shutil
 import tempfile
 import time
@@ -33,9 +33,10 @@ from typing import Any, NamedTuple
 
 from .cells import CourseError, is_setup_cell
 from .exercises import Exercise, chapter_definitions, exercises
-from .grading_kernel import Kernel, cell_error, cell_text, kernel_spec
+from .grading_kernel import Kernel, cell_error, kernel_spec
 from .grading_report import Graded, Result, feedback_page, write_csv, write_feedback
 from .submission import MAX_BYTES, answers, read_submission
+from .verdicts import check_call, check_cell, verdict
 
 # The grader in parts: the chapter's exercises (exercises), reading a submission (submission), the kernel it runs in
 # (grading_kernel), scores and reports (grading_report); here, running one submission and grading a class.
@@ -55,28 +56,7 @@ class Step(NamedTuple):
     source: str
 
 
-def _check_source(ex: Exercise, marker: str) -> str:
-    return f"""\
-import sys as _tfm_sys, importlib as _tfm_importlib, json as _tfm_json
-for _tfm_name in [m for m in list(_tfm_sys.modules) if m == "tfm_lesson.checks" or m.startswith("tfm_lesson.checks.")]:
-    del _tfm_sys.modules[_tfm_name]
-_tfm_checks = _tfm_importlib.import_module("tfm_lesson.checks")
-_tfm_result = {{"passed": False, "message": ""}}
-try:
-    _tfm_checks.{ex.checker}({ex.arguments})
-    _tfm_result["passed"] = True
-except _tfm_checks.Mistake as _tfm_error:
-    _tfm_result["message"] = str(_tfm_error)
-except NameError as _tfm_error:
-    _tfm_result["message"] = f"{{_tfm_error}}: the exercise cell must define it (keep the name the exercise asks for)"
-except BaseException as _tfm_error:
-    _tfm_result["message"] = f"the check stopped with {{type(_tfm_error).__name__}}: {{_tfm_error}}"
-_tfm_sys.__stdout__.flush()
-print({marker!r} + _tfm_json.dumps(_tfm_result), flush=True)
-"""
-
-
-def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None], marker: str) -> list[Step]:
+def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None], scratch: Path) -> list[Step]:
     """The chapter's definitions and the answers in chapter order, a check after each exercise."""
     plan: list[Step] = []
     skip = {i for ex in exs for i in (ex.answer_index, ex.solution_index, ex.check_index) if i is not None}
@@ -86,12 +66,17 @@ def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None],
             ex = by_solution[i]
             for source in found[ex.number] or []:
                 plan.append(Step("answer", ex, source))
-            plan.append(Step("check", ex, _check_source(ex, marker)))
+            plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex))))
         elif i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", "")):
             source = chapter_definitions(cell.get("source", ""))
             if source:
                 plan.append(Step("chapter", None, source))
     return plan
+
+
+def _trace_path(scratch: Path, ex: Exercise) -> Path:
+    """Where the kernel writes the record of ``ex``'s check (its scratch folder, which the grader reads)."""
+    return scratch / f"tfm-check-{ex.number}.json"
 
 
 # running it ---------------------------------------------------------------------------------------------------------
@@ -100,26 +85,24 @@ class _Outcome:
     """What running one submission's plan found, exercise by exercise."""
 
     results: dict[int, Result]
-    marker: str  # starts the line of a check's verdict
+    scratch: Path  # the kernel's scratch folder, where it writes each check's record
     answer_errors: dict[int, list[str]] = field(default_factory=dict)
     broken: dict[int, str] = field(default_factory=dict)  # exercises whose answer hung or killed the kernel
+    code: list[str] = field(default_factory=list)  # what ran before each check, for the source rules
 
     def record(self, step: Step, cell: Any) -> None:
-        """Note an answer cell's error, or read a check's verdict."""
+        """Note an answer cell's error; after a check, replay the checker from the kernel's record in this process
+        (:mod:`tfm_lesson.course.verdicts`): the verdict is computed here, never read from the kernel."""
         kind, ex = step.kind, step.exercise
+        if kind != "check":
+            self.code.append(step.source)
         if kind == "answer":
             error = cell_error(cell)
             if error:
                 self.answer_errors.setdefault(ex.number, []).append(error)
         elif kind == "check":
-            lines = [ln for ln in cell_text(cell).splitlines() if ln.startswith(self.marker)]
-            if lines:
-                verdict = json.loads(lines[-1][len(self.marker):])
-                self.results[ex.number].passed = bool(verdict.get("passed"))
-                self.results[ex.number].message = str(verdict.get("message", ""))
-            else:
-                self.results[ex.number].message = ("the check gave no verdict (" + (cell_error(cell) or "no output")
-                                                   + ")")
+            passed, message = verdict(ex, _trace_path(self.scratch, ex), self.code, cell_error(cell))
+            self.results[ex.number].passed, self.results[ex.number].message = passed, message
 
     def final(self) -> list[Result]:
         """The results, once broken exercises and answer errors are told (a passed exercise carries no message)."""
@@ -193,13 +176,14 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
     except (CourseError, OSError) as exc:
         return _all_zero(name, exs, f"not graded: {exc}")
     found, notes = answers(student, chapter, exs)
-    marker = f"TFM-GRADE-{secrets.token_hex(8)}:"
-    plan = _plan(chapter, exs, found, marker)
-    outcome = _Outcome({ex.number: Result(ex) for ex in exs}, marker)
-    for ex in exs:
-        if found[ex.number] is None:
-            outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
     with tempfile.TemporaryDirectory(prefix="tfm-grade-") as work:
+        scratch = Path(work) / "scratch"
+        scratch.mkdir()
+        plan = _plan(chapter, exs, found, scratch)
+        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch)
+        for ex in exs:
+            if found[ex.number] is None:
+                outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
         kernel = Kernel(kernel_dir, Path(work), timeout, sandbox=sandbox)
         try:
             kernel.start()
@@ -258,6 +242,8 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     except Exception as exc:
         raise CourseError(f"chapter {chapter_path}: cannot read it ({exc})") from None
     exs = exercises(chapter)
+    for ex in exs:
+        check_call(ex)  # a check whose keywords are not literals is refused before anything runs
     files = submissions(paths)
     kernel_dir = Path(tempfile.mkdtemp(prefix="tfm-grade-kernel-"))
     try:

@@ -1,0 +1,259 @@
+"""What :mod:`._replay` carries besides results: the checker's own objects the learner's code was handed (and what it
+did to them), exceptions, and the global state a checker starts from (random generators, default dtype, grad mode).
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from ._wire import WireError, _import, digest, encode, importable_name
+
+__all__ = ["Divergence", "Owned", "exception_to", "exception_from", "snapshot_globals", "restore_globals"]
+
+
+class Divergence(Exception):
+    """The replay asked for something other than what the kernel recorded (a forged or broken record)."""
+
+
+def _no_handle(obj: Any) -> Any:
+    raise WireError(f"{type(obj).__name__} is not plain data")
+
+
+# the checker's own objects ------------------------------------------------------------------------------------------
+_KINDS = (Tensor, nn.Module, torch.optim.Optimizer, torch.Generator, list, dict)
+
+
+def _kept(obj: Any) -> bool:
+    """One of the checker's objects whose changes the replay carries: a tensor, module, optimizer, generator, list,
+    dict, or an object of this package (a cache, a configuration) with attributes."""
+    if isinstance(obj, _KINDS):
+        return True
+    module = getattr(type(obj), "__module__", "") or ""
+    return module.startswith("tfm_lesson.") and hasattr(obj, "__dict__") and not isinstance(obj, type) and \
+        importable_name(type(obj)) is not None
+
+
+def _tensor_bytes(h: Any, t: Tensor | None) -> None:
+    if t is None:
+        h.update(b"-")
+        return
+    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.device.type != "meta" and t.numel():
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+class Owned:
+    """The checker's objects seen among an operation's inputs, in order of first sight, with what each last was."""
+
+    def __init__(self) -> None:
+        self.objects: list[Any] = []
+        self.where: dict[int, int] = {}
+        self.seen: list[str] = []
+        self.encoder: Callable[[Any], Any] = lambda v: encode(v, _no_handle)
+
+    def index_of(self, obj: Any) -> int | None:
+        return self.where.get(id(obj)) if _kept(obj) else None
+
+    def get(self, number: Any) -> Any:
+        if not isinstance(number, int) or not 0 <= number < len(self.objects):
+            raise WireError("a reference to an object the checker never handed over")
+        return self.objects[number]
+
+    def register(self, value: Any) -> None:
+        from ._replay import Handle
+
+        if isinstance(value, Handle):
+            return
+        if _kept(value) and id(value) not in self.where:
+            self.where[id(value)] = len(self.objects)
+            self.objects.append(value)
+            self.seen.append(self.fingerprint(value))
+        if type(value) in (tuple, list):
+            for v in value:
+                self.register(v)
+        elif type(value) is dict:
+            for v in value.values():
+                self.register(v)
+
+    def fingerprint(self, obj: Any) -> str:
+        h = hashlib.sha1()
+        if isinstance(obj, Tensor):
+            _tensor_bytes(h, obj)
+            _tensor_bytes(h, obj.grad if obj.is_leaf else None)
+        elif isinstance(obj, nn.Module):
+            h.update(repr(_plain_attributes(obj)).encode())
+            for name, t in obj.state_dict(keep_vars=True).items():
+                h.update(name.encode())
+                _tensor_bytes(h, t)
+            for name, p in obj.named_parameters():
+                h.update(name.encode())
+                _tensor_bytes(h, p.grad)
+        elif isinstance(obj, torch.Generator):
+            _tensor_bytes(h, obj.get_state())
+        elif isinstance(obj, torch.optim.Optimizer):
+            h.update(digest(obj.state_dict(), _by_identity).encode())
+        elif not isinstance(obj, (list, dict)):
+            h.update(digest(dict(vars(obj)), _by_identity).encode())
+        else:
+            h.update(digest(obj, _by_identity).encode())
+        return h.hexdigest()
+
+    def state(self, obj: Any) -> Any:
+        """What ``obj`` holds now, as data."""
+        if isinstance(obj, Tensor):
+            return encode(obj, _no_handle)
+        if isinstance(obj, nn.Module):
+            return {"sd": encode(dict(obj.state_dict()), _no_handle),
+                    "grads": encode({n: p.grad for n, p in obj.named_parameters()}, _no_handle),
+                    "attributes": _plain_attributes(obj)}
+        if isinstance(obj, torch.optim.Optimizer):
+            return encode(obj.state_dict(), _no_handle)
+        if isinstance(obj, torch.Generator):
+            return encode(obj.get_state(), _no_handle)
+        if isinstance(obj, (list, dict)):
+            return self.encoder(list(obj) if isinstance(obj, list) else dict(obj))
+        return {"vars": self.encoder(dict(vars(obj)))}
+
+    def refresh(self) -> None:
+        """Look at every object again (kernel side, before the learner's code runs): what the checker itself changed
+        since is not the learner's doing, and a change back to an earlier state must still be seen."""
+        self.seen = [self.fingerprint(obj) for obj in self.objects]
+
+    def changes(self) -> list:
+        """``[number, state]`` of each object that changed since it was last looked at (kernel side)."""
+        out = []
+        for i, obj in enumerate(self.objects):
+            now = self.fingerprint(obj)
+            if now != self.seen[i]:
+                self.seen[i] = now
+                out.append([i, self.state(obj)])
+        return out
+
+    def apply(self, changes: Any, decode: Callable[[Any], Any]) -> None:
+        """Make the grader's objects what the kernel's became."""
+        if not isinstance(changes, list):
+            raise WireError("a record's changes must be a list")
+        for item in changes:
+            if not (isinstance(item, list) and len(item) == 2):
+                raise WireError("a change must be [object, state]")
+            obj = self.get(item[0])
+            _apply(obj, item[1], decode)
+            self.seen[item[0]] = self.fingerprint(obj)
+
+
+def _apply(obj: Any, state: Any, decode: Callable[[Any], Any]) -> None:
+    if isinstance(obj, Tensor):
+        new = decode(state)
+        if not isinstance(new, Tensor):
+            raise WireError("a tensor's new state must be a tensor")
+        with torch.no_grad():
+            if new.shape == obj.shape and new.dtype == obj.dtype:
+                obj.copy_(new)
+            else:
+                obj.data = new.detach()
+        if obj.is_leaf and (obj.requires_grad or new.grad is not None):
+            obj.grad = new.grad
+    elif isinstance(obj, nn.Module):
+        if not isinstance(state, dict):
+            raise WireError("a module's new state must be a dict")
+        obj.load_state_dict(decode(state.get("sd")), strict=False)
+        grads = decode(state.get("grads")) or {}
+        for name, p in obj.named_parameters():
+            p.grad = grads.get(name)
+        for m, attributes in zip(obj.modules(), state.get("attributes", [])):
+            for name, value in attributes.items():
+                if name in vars(m) and type(value) in _PLAIN:
+                    setattr(m, name, value)
+    elif isinstance(obj, torch.optim.Optimizer):
+        obj.load_state_dict(decode(state))
+    elif isinstance(obj, torch.Generator):
+        obj.set_state(decode(state))
+    elif isinstance(obj, list):
+        obj[:] = decode(state)
+    elif isinstance(obj, dict):
+        obj.clear()
+        obj.update(decode(state))
+    elif isinstance(state, dict) and isinstance(decode(state.get("vars")), dict):
+        for name, value in decode(state["vars"]).items():
+            if isinstance(name, str) and name.isidentifier():
+                setattr(obj, name, value)
+    else:
+        raise WireError("a change to an object that is none of the kinds the replay carries")
+
+
+_PLAIN = (bool, int, float, str)
+
+
+def _plain_attributes(module: nn.Module) -> list[dict]:
+    """Each sub-module's own plain attributes (``training``, a counter of calls, a flag), in ``modules()`` order."""
+    return [{k: v for k, v in vars(m).items() if type(v) in _PLAIN} for m in module.modules()]
+
+
+def _by_identity(obj: Any) -> str:
+    return f"O{type(obj).__qualname__}{id(obj)}"
+
+
+# exceptions ---------------------------------------------------------------------------------------------------------
+def exception_to(exc: BaseException | None, depth: int = 0) -> dict | None:
+    """An exception as data: its nearest importable class, its own class name, its arguments and its cause."""
+    if exc is None or depth > 3:
+        return None
+    cls = next(c for c in type(exc).__mro__ if importable_name(c) and issubclass(c, BaseException))
+    try:
+        args = encode(list(exc.args), _no_handle)
+    except (WireError, Exception):
+        args = encode([str(exc)], _no_handle)
+    return {"cls": importable_name(cls), "name": type(exc).__name__, "args": args,
+            "cause": exception_to(exc.__cause__ or exc.__context__, depth + 1)}
+
+
+_made: dict[tuple[type, str], type] = {}
+
+
+def exception_from(data: Any, depth: int = 0) -> BaseException:
+    """The exception ``data`` describes (its class rebuilt by name when it was the learner's own)."""
+    from ._wire import decode
+
+    if not isinstance(data, dict) or depth > 3:
+        raise WireError("not an exception on the wire")
+    cls = _import(str(data.get("cls")))
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        raise WireError("not an exception class")
+    name = str(data.get("name", cls.__name__))
+    if name != cls.__name__ and name.isidentifier():
+        cls = _made.setdefault((cls, name), type(name, (cls,), {"__module__": "learner"}))
+    exc = cls.__new__(cls)
+    args = decode(data.get("args"), _no_handle)
+    exc.args = tuple(args) if isinstance(args, list) else (str(args),)
+    if data.get("cause") is not None:
+        exc.__cause__ = exception_from(data["cause"], depth + 1)
+    return exc
+
+
+# the state a checker starts from -------------------------------------------------------------------------------------
+def snapshot_globals() -> dict:
+    version, state, gauss = random.getstate()
+    return {"rng": encode(torch.get_rng_state(), _no_handle), "dtype": str(torch.get_default_dtype()),
+            "grad": torch.is_grad_enabled(), "py": [version, list(state), gauss], "threads": torch.get_num_threads()}
+
+
+def restore_globals(start: Any) -> None:
+    """Set the random generators, default dtype and grad mode from ``start`` (one thread, as a grading kernel has)."""
+    from ._wire import decode
+
+    if not isinstance(start, dict):
+        raise Divergence("the record has no starting state")
+    torch.set_rng_state(decode(start["rng"], _no_handle))
+    dtype = {"torch.float32": torch.float32, "torch.float64": torch.float64, "torch.float16": torch.float16,
+             "torch.bfloat16": torch.bfloat16}.get(start.get("dtype"), torch.float32)
+    torch.set_default_dtype(dtype)
+    torch.set_grad_enabled(bool(start.get("grad", True)))
+    version, state, gauss = start["py"]
+    random.setstate((int(version), tuple(int(s) for s in state), gauss))
+    threads = int(start.get("threads", 1))
+    if threads != torch.get_num_threads():
+        torch.set_num_threads(max(1, threads))

@@ -1,0 +1,91 @@
+"""A check, graded where the student's code never ran (the grader's side of :mod:`tfm_lesson.checks._replay`).
+
+The submission's kernel runs :func:`check_cell`'s code: the chapter's checker, *recorded*, with the student's answers
+behind handles; the record (plain JSON, no pickle) goes to a file in the kernel's scratch folder. The grader then
+reads that file (:func:`read_trace`: a regular file, not a link, under :data:`~tfm_lesson.checks._replay.TRACE_LIMIT`)
+and replays the checker in its own process (:func:`verdict`): the comparison, the named mistake and the pass all
+happen here, with the source rules read from the code the grader extracted. Nothing the student's code does to
+``print``, ``importlib``, ``torch`` or IPython inside the kernel reaches this process; a forged record can only
+hand the checker other outputs, which earn what those outputs earn.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from ..checks._replay import TRACE_LIMIT, replay
+from ..checks._rules_static import CELL_SEPARATOR
+from .cells import CourseError
+from .exercises import Exercise
+
+__all__ = ["CheckCall", "check_call", "check_cell", "read_trace", "verdict", "CELL_SEPARATOR"]
+
+
+class CheckCall:
+    """An exercise's check call, split: the answers' source expressions, their names, the literal keywords."""
+
+    def __init__(self, answers: list[str], names: list[str], keywords: dict[str, Any]) -> None:
+        self.answers, self.names, self.keywords = answers, names, keywords
+
+
+def check_call(ex: Exercise) -> CheckCall:
+    """``check_x(answer, flag=True)`` of the chapter's check cell, split. CourseError for a keyword that is not a
+    literal (the grader passes keywords as data, never as code of the student's kernel)."""
+    call = ast.parse(f"f({ex.arguments})", mode="eval").body
+    answers = [ast.unparse(a) for a in call.args]
+    names = [a.id if isinstance(a, ast.Name) else "" for a in call.args]
+    keywords = {}
+    for k in call.keywords:
+        try:
+            keywords[k.arg] = ast.literal_eval(k.value)
+        except ValueError:
+            raise CourseError(f"{ex.title}: the check's keyword {k.arg}= must be a literal (a number, string, "
+                              f"True/False/None, or a list of them), not {ast.unparse(k.value)}") from None
+    return CheckCall(answers, names, keywords)
+
+
+def check_cell(ex: Exercise, trace: Path) -> str:
+    """The code the kernel runs for ``ex``'s check: record the checker into ``trace``."""
+    call = check_call(ex)
+    return (f"from tfm_lesson.checks._replay import record as _tfm_record\n"
+            f"_tfm_record({ex.checker!r}, [{', '.join(call.answers)}], {call.keywords!r}, {str(trace)!r})\n")
+
+
+def read_trace(path: Path) -> Any:
+    """The kernel's record, or None when there is none. Only a regular file, never through a link, at most
+    TRACE_LIMIT bytes; ValueError for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"the record cannot be opened ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("the record is not a regular file")
+        if info.st_size > TRACE_LIMIT:
+            raise ValueError(f"the record is over {TRACE_LIMIT >> 20} MB")
+        try:
+            return json.loads(f.read(TRACE_LIMIT + 1))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise ValueError(f"the record is not JSON ({type(exc).__name__})") from None
+
+
+def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None) -> tuple[bool, str]:
+    """(passed, message) of ``ex``, replayed from the kernel's record in this process. ``code`` is what the grader
+    extracted and ran before the check (the source rules read it); ``error`` what the check cell raised, if any."""
+    try:
+        trace = read_trace(trace_path)
+    except ValueError as exc:
+        return False, f"the check's record could not be read: {exc}"
+    if trace is None:
+        if error and error.startswith("NameError"):
+            return False, f"{error}: the exercise cell must define it (keep the name the exercise asks for)"
+        return False, f"the check gave no verdict ({error or 'no record'})"
+    call = check_call(ex)
+    return replay(ex.checker, trace, call.keywords, CELL_SEPARATOR.join(code), call.names)
