@@ -48,11 +48,11 @@ def via_replay(name: str, direct: Callable) -> Callable:
     def run(*answers: Any, **kwargs: Any) -> None:
         with tempfile.TemporaryDirectory() as folder:
             path = str(Path(folder) / "trace.json")
-            _replay.record(name, list(answers), kwargs, path)
+            _replay.record(direct, list(answers), kwargs, path)
             trace = json.loads(Path(path).read_text())
         sources = [_source_of(a) for a in answers]
         code = CELL.join(s for s, _ in sources)
-        ok, message = _replay.replay(name, trace, kwargs, code, [n or f"_unknown{i}" for i, (_, n) in
+        ok, message = _replay.replay(direct, trace, kwargs, code, [n or f"_unknown{i}" for i, (_, n) in
                                                                   enumerate(sources)])
         if not ok:
             raise Mistake(message)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from . import _rules
 from ._mistake import Mistake
 from ._replay_state import Divergence, Owned, exception_from, exception_to, restore_globals, snapshot_globals
 from ._wire import WireError, decode, digest, encode, importable_name
@@ -134,6 +135,7 @@ class _Session:
     def __init__(self) -> None:
         self.handles: list[Handle] = []
         self.owned = Owned()
+        self.owned.is_handle = lambda value: isinstance(value, Handle)
 
     def other(self, obj: Any) -> str:
         """Names what :func:`._wire.digest` cannot read: a handle by its number, the rest by its type."""
@@ -363,6 +365,10 @@ def replaying() -> bool:
     return isinstance(_session, _Replayer)
 
 
+_rules.grading_mode = lambda: "record" if recording() else "replay" if replaying() else None
+_rules.handle_number = lambda obj: obj._tfm_id if isinstance(obj, Handle) else None
+
+
 @contextlib.contextmanager
 def _active(session: _Session) -> Iterator[None]:
     global _session
@@ -373,17 +379,15 @@ def _active(session: _Session) -> Iterator[None]:
         _session = None
 
 
-def _checker(name: str) -> Callable:
-    from .. import checks
-
-    fn = getattr(checks, name, None)
-    if not (name.startswith("check_") and callable(fn)):
-        raise Divergence(f"no checker named {name!r}")
-    return inspect.unwrap(fn)  # the checker itself, under any wrapper a test puts in front of it
+def _name(checker: Callable) -> str:
+    name = getattr(checker, "__name__", "")
+    if not (isinstance(name, str) and name.startswith("check_")):
+        raise Divergence(f"not a checker: {checker!r}")
+    return name
 
 
-def record(checker: str, answers: list[Any], kwargs: dict, path: str) -> None:
-    """In the kernel: run ``checker(*answers, **kwargs)`` with the answers behind handles; write the trace to ``path``
+def record(checker: Callable, answers: list[Any], kwargs: dict, path: str) -> None:
+    """In the kernel: run the checker function ``checker(*answers, **kwargs)`` with the answers behind handles; write the trace to ``path``
     (JSON). The checker's own verdict here is not the grade: the grader replays the trace."""
     session = _Recorder()
     start = snapshot_globals()
@@ -392,10 +396,10 @@ def record(checker: str, answers: list[Any], kwargs: dict, path: str) -> None:
     outcome = "passed"
     with _active(session):
         try:
-            _checker(checker)(*args, **kwargs)
+            checker(*args, **kwargs)
         except BaseException as exc:  # the replay decides; this only notes how the record ended
             outcome = f"{type(exc).__name__}: {exc}"[:500]
-    data = {"version": 1, "checker": checker, "start": start, "answers": metas, "entries": session.entries,
+    data = {"version": 1, "checker": _name(checker), "start": start, "answers": metas, "entries": session.entries,
             "record": outcome}
     temporary = f"{path}.part"
     with open(temporary, "w", encoding="utf-8") as f:
@@ -403,23 +407,21 @@ def record(checker: str, answers: list[Any], kwargs: dict, path: str) -> None:
     os.replace(temporary, path)
 
 
-def replay(checker: str, trace: Any, kwargs: dict, answers_source: str | None = None,
+def replay(checker: Callable, trace: Any, kwargs: dict, answers_source: str | None = None,
            answer_names: list[str] | None = None) -> tuple[bool, str]:
     """In the grader: replay ``checker`` from ``trace`` (read from the kernel's JSON); returns (passed, message).
     ``answers_source`` is the learner's code as the grader extracted it and ``answer_names`` the names the check
     call passes, for the source rules."""
-    from . import _rules
-
     with _lock:
         start = snapshot_globals()
         try:
-            if not isinstance(trace, dict) or trace.get("version") != 1 or trace.get("checker") != checker:
+            if not isinstance(trace, dict) or trace.get("version") != 1 or trace.get("checker") != _name(checker):
                 raise Divergence("the kernel's record is not this check's")
             restore_globals(trace.get("start"))
             session = _Replayer(list(trace.get("entries") or []))
             args = [session.handle({"H": i, "new": meta}) for i, meta in enumerate(trace.get("answers") or [])]
             with _active(session), _rules.source(answers_source, answer_names):
-                _checker(checker)(*args, **kwargs)
+                inspect.unwrap(checker)(*args, **kwargs)  # the checker itself, under any wrapper put in front of it
             if session.at != len(session.entries):
                 raise Divergence(f"the check ended after {session.at} of the {len(session.entries)} recorded steps")
             return True, ""

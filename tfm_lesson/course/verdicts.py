@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from ..checks._replay import TRACE_LIMIT, replay
 from ..checks._rules_static import CELL_SEPARATOR
 from .cells import CourseError
@@ -51,8 +52,9 @@ def check_call(ex: Exercise) -> CheckCall:
 def check_cell(ex: Exercise, trace: Path) -> str:
     """The code the kernel runs for ``ex``'s check: record the checker into ``trace``."""
     call = check_call(ex)
-    return (f"from tfm_lesson.checks._replay import record as _tfm_record\n"
-            f"_tfm_record({ex.checker!r}, [{', '.join(call.answers)}], {call.keywords!r}, {str(trace)!r})\n")
+    return (f"import tfm_lesson.checks as _tfm_checks\n"
+            f"from tfm_lesson.checks._replay import record as _tfm_record\n"
+            f"_tfm_record(_tfm_checks.{ex.checker}, [{', '.join(call.answers)}], {call.keywords!r}, {str(trace)!r})\n")
 
 
 def read_trace(path: Path) -> Any:
@@ -88,4 +90,7 @@ def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None) 
             return False, f"{error}: the exercise cell must define it (keep the name the exercise asks for)"
         return False, f"the check gave no verdict ({error or 'no record'})"
     call = check_call(ex)
-    return replay(ex.checker, trace, call.keywords, CELL_SEPARATOR.join(code), call.names)
+    checker = getattr(checks, ex.checker, None)
+    if not callable(checker):
+        return False, f"the package has no checker {ex.checker}"
+    return replay(checker, trace, call.keywords, CELL_SEPARATOR.join(code), call.names)
