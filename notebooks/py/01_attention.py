@@ -309,8 +309,10 @@ viz.plot_lines({
 # ## See it: an attention map over a sentence
 #
 # Now a map you can read. Six tokens of "the cat sat on the mat" get random vectors ($d_k = 16$); the two *the*
-# share one vector. In this self-attention $Q = K = V = x$ (no learned projections yet), so a token's
-# query is most similar to its own key: look for the bright diagonal, and for the two *the* rows, which are
+# share one vector. In this self-attention $Q = K = V = x$ (no learned projections yet), and a vector's dot
+# product with itself is its squared length, typically larger than its dot product with an unrelated random
+# vector; so a token's query tends to score highest with its own key (these vectors are not scaled to length 1,
+# so that is likely, not guaranteed): look for the bright diagonal, and for the two *the* rows, which are
 # identical and attend equally to both *the* keys. The rows are queries, the columns keys, and each row sums to
 # one. After training (chapter 10) the maps become far more interesting; the picture is read the same way.
 

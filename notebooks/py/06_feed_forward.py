@@ -488,7 +488,7 @@ T.quiz.show("06")
 # - Position-wise: the same weights at every position, no mixing; permuting positions permutes outputs, and
 #   it is exactly two 1×1 convolutions.
 # - The activation is what makes it more than one $d_{\text{model}} \times d_{\text{model}}$ linear map;
-#   ReLU (the paper) or GELU (most later models, smooth, $z\,\Phi(z)$).
+#   ReLU (the paper) or GELU (BERT, GPT-2 and many models since; smooth, $z\,\Phi(z)$).
 # - In a base encoder layer the FFN holds 2.1 M of 3.15 M parameters (two thirds), attention 1.05 M, the
 #   norms 2 048; in a decoder layer, with its extra cross-attention, the same FFN is about half of 4.2 M.
 # - Most current large models use a gated variant, SwiGLU, still position-wise (chapter 16).
