@@ -60,8 +60,9 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # Attention (chapters 01–03) and a small feed-forward network (chapter 06) are the *sub-layers* of the
 # Transformer. What turns a pile of sub-layers into something you can stack six (or sixty) deep and still
-# train is the glue around each of them: a **residual connection** and a **layer normalisation**. The paper
-# spends one sentence on it (section 3.1):
+# train is the glue around each of them: a **residual connection** (He et al., 2016, introduced them for deep
+# image networks) and a **layer normalisation** (Ba, Kiros and Hinton, 2016), the two works the paper cites
+# for them. The paper spends one sentence on it (section 3.1):
 #
 # > the output of each sub-layer is $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$.
 #
@@ -322,8 +323,8 @@ for residual in (False, True):
 #
 # The paper also applies **dropout** (section 5.4) "to the output of each sub-layer, before it is added to the
 # sub-layer input and normalized": $\mathrm{LayerNorm}(x + \mathrm{Dropout}(F(x)))$ in post-norm,
-# $x + \mathrm{Dropout}(F(\mathrm{LayerNorm}(x)))$ in pre-norm. Dropout sets a random fraction $p$ of the
-# numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it does nothing.
+# $x + \mathrm{Dropout}(F(\mathrm{LayerNorm}(x)))$ in pre-norm. Dropout (Srivastava et al., 2014) sets a random
+# fraction $p$ of the numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it does nothing.
 #
 # A historical knot worth knowing: the paper's text and figure 1 say post-norm. Well-known code does otherwise:
 # by 2018 the authors' own `tensor2tensor` library defaulted to normalising *first* (its base Transformer's

@@ -255,7 +255,8 @@ print("with ReLU it is not:                     ",
 #
 # The paper uses ReLU, $\max(0, z)$: cheap, and exactly zero for negative inputs, so for each position
 # roughly half of the hidden units are silent at initialisation (a sparse code). Later models (BERT, GPT-2
-# and many encoder and GPT-style models since) use **GELU**, $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
+# and many encoder and GPT-style models since) use **GELU** (Hendrycks and Gimpel, 2016),
+# $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
 # $z$ weighted by the probability that a standard normal variable is below it. It is smooth, close to ReLU
 # for large $|z|$, slightly negative for $z < 0$ (minimum $\approx -0.17$ at $z \approx -0.75$). Its slope,
 # $\Phi(z) + z\,\varphi(z)$ ($\varphi$ the standard normal density), is positive right of that minimum, negative left of it, and zero at it; far to
