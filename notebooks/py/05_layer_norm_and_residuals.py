@@ -576,8 +576,9 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 #    shrink a vector), but here they add up: the gradient grows toward the bottom (the cell prints its largest
 #    value relative to the top's; the figure shows it at the bottom layer). In post-norm it must pass through
 #    the Jacobian of a layer norm (the matrix of its partial derivatives) twice per layer, which projects out
-#    the direction of the mean and rescales by $1/\sigma$; it never gains, and sinks a little below the top's
-#    in the middle of the stack (the printed minimum). Mild here, because our sub-layers start small compared
+#    the direction of the mean and rescales by $1/\sigma$; here it dips a little below the top's on the way
+#    down (the printed minimum) and is back at about the top's at the bottom layer (the printed maximum), with
+#    no growth like pre-norm's. Mild here, because our sub-layers start small compared
 #    with the stream, but nothing in post-norm protects the path the way pre-norm's identity does.
 # 3. *Parameter gradients.* Post-norm's are larger, at every layer (the last printed line gives the range of
 #    the ratio), and more uneven across depth (compare the two printed spreads, max/min over the layers).
@@ -666,7 +667,8 @@ for name, values in change.items():
 # the one-step figure. A warm-up (the paper's $\text{lrate} = d_{\text{model}}^{-0.5} \cdot
 # \min(\text{step}^{-0.5}, \text{step}\cdot\text{warmup}^{-1.5})$ with 4000 warm-up steps, built in
 # chapter 10) keeps the first steps tiny while Adam's second-moment estimates, which start from a single
-# noisy gradient, settle. In pre-norm each update is one more term added to a large, unnormalised stream;
+# noisy gradient, settle (the argument of Liu et al., 2020, *On the Variance of the Adaptive Learning Rate and
+# Beyond*). In pre-norm each update is one more term added to a large, unnormalised stream;
 # the output is less sensitive, gradients are smaller and more even, and deep pre-norm stacks train without
 # warm-up (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", who also show that
 # post-norm's gradients near the output do not shrink with depth while pre-norm's do).

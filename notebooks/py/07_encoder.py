@@ -26,7 +26,7 @@
 # **What you will learn**
 # - how one encoder layer wires self-attention and feed-forward, each inside a residual connection, with
 #   dropout and layer norm — post-norm as in the paper, pre-norm as an option (`norm_first`);
-# - why a padded batch gives exactly the same numbers as encoding each sentence alone;
+# - why a padded batch gives the same numbers as encoding each sentence alone (up to float rounding);
 # - how to prove the layer and the stack equal to `torch.nn.TransformerEncoderLayer` / `nn.TransformerEncoder`,
 #   and why PyTorch's *fast path* has to be switched off to compare padded positions;
 # - what the attention maps of an untrained encoder look like, layer by layer.
