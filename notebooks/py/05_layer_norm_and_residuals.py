@@ -302,8 +302,8 @@ for residual in (False, True):
 # %% [markdown]
 # Without the residual the signal and the gradient die out (each tanh-linear map shrinks them: the cell
 # prints an input gradient several orders of magnitude below 1); with it they survive 24 layers, and even grow
-# (compare the two printed lines: a larger output std and a far larger gradient norm). The price: the residual stream $x$ now *accumulates* every sub-layer's output,
-# and nothing stops it from growing. That is where the norm comes in, and where its placement matters.
+# (compare the two printed lines: a larger output std and a far larger gradient norm). The price: the residual
+# stream $x$ now *accumulates* every sub-layer's output, and nothing stops it from growing. That is where the norm comes in, and where its placement matters.
 
 # %% [markdown]
 # ## Post-norm and pre-norm
@@ -324,7 +324,8 @@ for residual in (False, True):
 # The paper also applies **dropout** (section 5.4) "to the output of each sub-layer, before it is added to the
 # sub-layer input and normalized": $\mathrm{LayerNorm}(x + \mathrm{Dropout}(F(x)))$ in post-norm,
 # $x + \mathrm{Dropout}(F(\mathrm{LayerNorm}(x)))$ in pre-norm. Dropout (Srivastava et al., 2014) sets a random
-# fraction $p$ of the numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it does nothing.
+# fraction $p$ of the numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it
+# does nothing.
 #
 # A historical knot worth knowing: the paper's text and figure 1 say post-norm. Well-known code does otherwise:
 # by 2018 the authors' own `tensor2tensor` library defaulted to normalising *first* (its base Transformer's
@@ -578,8 +579,8 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 #    the Jacobian of a layer norm (the matrix of its partial derivatives) twice per layer, which projects out
 #    the direction of the mean and rescales by $1/\sigma$; here it dips a little below the top's on the way
 #    down (the printed minimum) and is back at about the top's at the bottom layer (the printed maximum), with
-#    no growth like pre-norm's. Mild here, because our sub-layers start small compared
-#    with the stream, but nothing in post-norm protects the path the way pre-norm's identity does.
+#    no growth like pre-norm's. Mild here, because our sub-layers start small compared with the stream, but
+#    nothing in post-norm protects the path the way pre-norm's identity does.
 # 3. *Parameter gradients.* Post-norm's are larger, at every layer (the last printed line gives the range of
 #    the ratio), and more uneven across depth (compare the two printed spreads, max/min over the layers).
 #    Pre-norm's are smaller and flatter: the final norm divides by the grown stream scale, and each layer's
@@ -652,8 +653,8 @@ for name, values in change.items():
 # %% [markdown]
 # With two layers the placements behave alike. With depth, one step moves the post-norm stack's output
 # more and more: at 16 layers a single step of size $10^{-3}$ changes a large fraction of it, clearly more than
-# for pre-norm (the printed values at L=16). An optimiser whose every step rewrites the function it is optimising
-# is not following a gradient any more; that is the instability. With a warm-up, the first step is 4000
+# for pre-norm (the printed values at L=16). An optimiser whose every step rewrites the function it is
+# optimising is not following a gradient any more; that is the instability. With a warm-up, the first step is 4000
 # times smaller, and for small steps the change shrinks in proportion (try
 # `output_change_after_one_step(16, False, 1e-3 / 4000)`): the output barely moves while Adam's statistics
 # settle.
@@ -683,7 +684,8 @@ for name, values in change.items():
 # %% [markdown]
 # **Honest scale.** All of this was measured on small stacks ($d_{\text{model}} = 32$), at initialisation
 # and after one step, in seconds on a CPU. The differences are moderate here (the ratios of parameter
-# gradients and the one-step changes printed above) and grow with depth, as the figures show. Full training runs with and without warm-up belong to chapter 10.
+# gradients and the one-step changes printed above) and grow with depth, as the figures show. Full training
+# runs with and without warm-up belong to chapter 10.
 #
 # ### Play with it
 #

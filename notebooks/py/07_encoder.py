@@ -138,7 +138,8 @@ print("running on", device.type)
 # in `.eval()` every site passes its input through unchanged, which is why the comparisons below call `.eval()`.
 #
 # This is **post-norm**: the norm comes *after* the sum. Later code moved the norm inside the branch (the
-# authors' own tensor2tensor by 2018; Xiong et al., 2020, analysed why it helps; chapter 05), **pre-norm**: $x + \mathrm{Dropout}(\mathrm{Sublayer}(\mathrm{LayerNorm}(x)))$,
+# authors' own tensor2tensor by 2018; Xiong et al., 2020, analysed why it helps; chapter 05), **pre-norm**:
+# $x + \mathrm{Dropout}(\mathrm{Sublayer}(\mathrm{LayerNorm}(x)))$,
 # which trains more stably in deep stacks and needs one extra LayerNorm after the last layer, because the
 # stream itself is otherwise never normalised. tfm_lesson has both: `norm_first=False` (the paper, the default)
 # and `norm_first=True`.
