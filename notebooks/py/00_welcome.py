@@ -62,8 +62,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # one piece at a time, in PyTorch, and prove every piece equal to PyTorch's own. This first chapter does two
 # things: it shows you how to work with the course, and it drills the one skill everything else rests on —
 # **reading and moving tensor shapes**. The core of attention is two matrix products with a softmax between
-# them (you will write all three in this chapter's exercises); almost every bug in a from-scratch Transformer is
-# a tensor that has the right numbers on the wrong axis.
+# them (you will write all three in this chapter's exercises); a common kind of bug in a from-scratch
+# Transformer (chapter 13 collects the classic ones) is a tensor that has the right numbers on the wrong axis.
 #
 # **What you will learn**
 #
@@ -114,8 +114,8 @@ if importlib.util.find_spec("tfm_lesson") is None:
 # it always works from a fresh start. (Run all also runs the solution cells under the exercises, so a checker
 # then tests the reference solution, not your answer: to check your own code, run the cells one by one and skip
 # the folded solution cells.) Sentences, heads and positions are numbered from 0, as in Python. Most chapters run in under a minute on a laptop CPU.
-# Chapters 10 to 14, 16 and 17 train models and chapter 18 times attention; they take longer, up to about two
-# minutes each on a quiet CPU (chapters 13 and 16 train small models and finish in seconds).
+# Chapters 10 to 14, 16, 17 and 19 train models and chapter 18 times attention; they take longer, up to about two
+# minutes each on a quiet CPU (chapters 13, 16 and 19 train only small models and finish within a minute).
 
 # %% [markdown]
 # ### Exercises, checkers and quizzes

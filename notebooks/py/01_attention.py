@@ -248,7 +248,7 @@ print("var(q.k) within 5% of d_k for every d_k:", all(abs(var / dk - 1) < 0.05 f
 print("scaled variance within 5% of 1 for every d_k:", all(abs(sv - 1) < 0.05 for _, _, sv in rows))
 
 # %% [markdown]
-# The variance of the raw dot product is $d_k$ (the ratio is 1.00 up to sampling noise, at every width), and the
+# The variance of the raw dot product is $d_k$ (the printed ratio is 1 up to sampling noise, at every width), and the
 # scaled one stays at 1.
 #
 # **Why a large variance hurts: the softmax saturates.** The softmax only cares about *differences* between
@@ -309,8 +309,10 @@ viz.plot_lines({
 # ## See it: an attention map over a sentence
 #
 # Now a map you can read. Six tokens of "the cat sat on the mat" get random vectors ($d_k = 16$); the two *the*
-# share one vector. In this self-attention $Q = K = V = x$ (no learned projections yet), so a token's
-# query is most similar to its own key: look for the bright diagonal, and for the two *the* rows, which are
+# share one vector. In this self-attention $Q = K = V = x$ (no learned projections yet), and a vector's dot
+# product with itself is its squared length, typically larger than its dot product with an unrelated random
+# vector; so a token's query tends to score highest with its own key (these vectors are not scaled to length 1,
+# so that is likely, not guaranteed): look for the bright diagonal, and for the two *the* rows, which are
 # identical and attend equally to both *the* keys. The rows are queries, the columns keys, and each row sums to
 # one. After training (chapter 10) the maps become far more interesting; the picture is read the same way.
 
@@ -462,7 +464,8 @@ T.quiz.show("01")
 #   dimensions come for free with `transpose(-2, -1)` and `@`.
 # - The loop, the two-matmul version, `tfm_lesson.scaled_dot_product_attention` and
 #   `F.scaled_dot_product_attention` agree to within $10^{-5}$.
-# - Dot products of $d_k$ unit-variance components have variance $d_k$ (we measured 1.0 × $d_k$ from 4 to 1024).
+# - Dot products of $d_k$ unit-variance components have variance $d_k$ (the measured ratio to $d_k$ was 1 up to
+#   sampling noise from $d_k = 4$ to $1024$).
 #   Unscaled, the softmax saturates — largest weight → 1, gradient → 0 as $d_k$ grows; dividing by
 #   $\sqrt{d_k}$ keeps both where they are at any width.
 # - The scale acts as a temperature: smaller is sharper, larger is flatter.

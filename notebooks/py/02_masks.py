@@ -75,7 +75,7 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #   nothing;
 # - why masking after the softmax and renormalising gives the same weights as masking before;
 # - in a part before the exercises, which exercise 3 and chapter 03 need: what a fully masked row does with $-\infty$ (NaN, shown), how `tfm_lesson`
-#   returns zeros instead, why the popular $-10^9$ overflows `float16` (shown), and how `nn.MultiheadAttention`'s
+#   returns zeros instead, why the common fill value $-10^9$ overflows `float16` (shown), and how `nn.MultiheadAttention`'s
 #   opposite convention goes wrong.
 
 # %%
@@ -377,7 +377,8 @@ print("tfm_lesson output has NaN:", bool(torch.isnan(out_pkg).any()))
 # %% [markdown]
 # ### Why not $-10^9$? It overflows `float16`
 #
-# Many implementations fill with a large negative number such as $-10^9$ instead of $-\infty$, to dodge the NaN.
+# Some implementations fill with a large negative number such as $-10^9$ instead of $-\infty$, to dodge the NaN
+# (The Annotated Transformer, for one, fills its masked scores with $-10^9$).
 # Two problems. First, it does not give zeros: for a fully masked row all scores become $-10^9$, all equal, and
 # the softmax returns the **uniform** distribution — the query silently averages everything, padding included.
 # Second, $-10^9$ is not a `float16` number: the largest magnitude `float16` can hold is 65,504. Converting

@@ -314,7 +314,7 @@ print(f"same shape: {out_bug.shape == out_vec.shape};  largest error: {err:.2f},
 
 # %% [markdown]
 # An error as large as the outputs themselves, with the right shape: this bug trains (badly) rather than
-# crashing, which is why it survives in so many from-scratch implementations. The exercise checker below
+# crashing, which is how it can go unnoticed in a from-scratch implementation. The exercise checker below
 # recognises it by exactly this symptom.
 
 # %% [markdown]

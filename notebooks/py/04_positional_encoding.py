@@ -236,8 +236,9 @@ print("trainable parameters:", sum(p.numel() for p in pe.parameters()), " buffer
 # %% [markdown]
 # ### The batch-axis bug
 #
-# Many tutorials are written for sequence-first input, `(seq_len, batch, d_model)`, and store the table as
-# `(max_len, 1, d_model)` so that `pe[:x.size(0)]` picks the first `seq_len` positions. Paste that into
+# Some well-known code is written for sequence-first input, `(seq_len, batch, d_model)`, and stores the table as
+# `(max_len, 1, d_model)` so that `pe[:x.size(0)]` picks the first `seq_len` positions (PyTorch's own
+# `word_language_model` example in the `pytorch/examples` repository does this). Paste that into
 # batch-first code and `x.size(0)` is the **batch size**: sequence $b$ gets position $b$'s vector added to all
 # of its tokens, and no token gets its own position. Nothing crashes: the shapes still broadcast.
 

@@ -60,8 +60,9 @@ if importlib.util.find_spec("tfm_lesson") is None:
 #
 # Attention (chapters 01–03) and a small feed-forward network (chapter 06) are the *sub-layers* of the
 # Transformer. What turns a pile of sub-layers into something you can stack six (or sixty) deep and still
-# train is the glue around each of them: a **residual connection** and a **layer normalisation**. The paper
-# spends one sentence on it (section 3.1):
+# train is the glue around each of them: a **residual connection** (He et al., 2016, introduced them for deep
+# image networks) and a **layer normalisation** (Ba, Kiros and Hinton, 2016), the two works the paper cites
+# for them. The paper spends one sentence on it (section 3.1):
 #
 # > the output of each sub-layer is $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$.
 #
@@ -266,7 +267,7 @@ viz.plot_lines({k: [math.log10(max(e, 1e-12)) for e in v] for k, v in errors.ite
 # variance costs a **constant** relative error, $1 - \sqrt{(d-1)/d}$: $10^{-3}$ for $d_{\text{model}}=512$,
 # $6\%$ for $d_{\text{model}}=8$, whatever the scale, until the variance gets as small as $\epsilon$ (then
 # $\epsilon$ dominates the denominator of both versions and the difference fades). $\epsilon$ outside the
-# root costs almost nothing at std 1 ($\sim 10^{-6}$) but grows as the variance approaches $\epsilon$: at std $10^{-3}$ ($\sigma^2 = 10^{-6}$,
+# root costs almost nothing at std 1 (about $\epsilon/2$, as computed above) but grows as the variance approaches $\epsilon$: at std $10^{-3}$ ($\sigma^2 = 10^{-6}$,
 # ten times smaller than $\epsilon$) the output is wrong by a factor of about 3. Tests with ordinary random
 # inputs never catch this bug; the chapter's checker feeds a tiny-variance input on purpose.
 
@@ -299,10 +300,10 @@ for residual in (False, True):
     print(f"residual={residual!s:5}  output std {h.std().item():.2g}  input-gradient norm {h0.grad.norm().item():.2g}")
 
 # %% [markdown]
-# Without the residual the signal and the gradient die out (each tanh-linear map shrinks them: the
-# gradient is $\sim 10^{-5}$); with it they survive 24 layers, and even grow (output std about 4, gradient
-# norm about 70). The price: the residual stream $x$ now *accumulates* every sub-layer's output,
-# and nothing stops it from growing. That is where the norm comes in, and where its placement matters.
+# Without the residual the signal and the gradient die out (each tanh-linear map shrinks them: the cell
+# prints an input gradient several orders of magnitude below 1); with it they survive 24 layers, and even grow
+# (compare the two printed lines: a larger output std and a far larger gradient norm). The price: the residual
+# stream $x$ now *accumulates* every sub-layer's output, and nothing stops it from growing. That is where the norm comes in, and where its placement matters.
 
 # %% [markdown]
 # ## Post-norm and pre-norm
@@ -322,8 +323,9 @@ for residual in (False, True):
 #
 # The paper also applies **dropout** (section 5.4) "to the output of each sub-layer, before it is added to the
 # sub-layer input and normalized": $\mathrm{LayerNorm}(x + \mathrm{Dropout}(F(x)))$ in post-norm,
-# $x + \mathrm{Dropout}(F(\mathrm{LayerNorm}(x)))$ in pre-norm. Dropout sets a random fraction $p$ of the
-# numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it does nothing.
+# $x + \mathrm{Dropout}(F(\mathrm{LayerNorm}(x)))$ in pre-norm. Dropout (Srivastava et al., 2014) sets a random
+# fraction $p$ of the numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it
+# does nothing.
 #
 # A historical knot worth knowing: the paper's text and figure 1 say post-norm. Well-known code does otherwise:
 # by 2018 the authors' own `tensor2tensor` library defaulted to normalising *first* (its base Transformer's
@@ -572,15 +574,17 @@ print(f"post-norm / pre-norm parameter gradients, layer by layer: from {min(rati
 # 2. *The learning signal on the way down.* In pre-norm the gradient reaching a layer's output is the top's
 #    carried down the clean identity path, plus one term for every branch above it
 #    ($\partial x_L/\partial x_l = I + \dots$). Such terms could in principle cancel part of it ($I + J$ can
-#    shrink a vector), but here they add up: the gradient grows toward the bottom, to 1.8 times the top's. In post-norm it must pass through
-#    the Jacobian of a layer norm (the matrix of its partial derivatives) twice per layer, which projects out the direction of the mean and rescales
-#    by $1/\sigma$; it never gains and sinks to about 0.8 of the top's in the middle of the stack. Mild
-#    here, because our sub-layers start small compared with the stream, but nothing in post-norm protects
-#    the path the way pre-norm's identity does.
-# 3. *Parameter gradients.* Post-norm's are larger, at every layer (1.4 to 2.2 times here), and
-#    more uneven across depth (a spread of about 2 between layers, against about 1.6). Pre-norm's are
-#    smaller and flatter: the final norm divides by the grown stream
-#    scale, and each layer's branch is one of many added terms.
+#    shrink a vector), but here they add up: the gradient grows toward the bottom (the cell prints its largest
+#    value relative to the top's; the figure shows it at the bottom layer). In post-norm it must pass through
+#    the Jacobian of a layer norm (the matrix of its partial derivatives) twice per layer, which projects out
+#    the direction of the mean and rescales by $1/\sigma$; here it dips a little below the top's on the way
+#    down (the printed minimum) and is back at about the top's at the bottom layer (the printed maximum), with
+#    no growth like pre-norm's. Mild here, because our sub-layers start small compared with the stream, but
+#    nothing in post-norm protects the path the way pre-norm's identity does.
+# 3. *Parameter gradients.* Post-norm's are larger, at every layer (the last printed line gives the range of
+#    the ratio), and more uneven across depth (compare the two printed spreads, max/min over the layers).
+#    Pre-norm's are smaller and flatter: the final norm divides by the grown stream scale, and each layer's
+#    branch is one of many added terms.
 #
 # ### One optimiser step
 #
@@ -648,9 +652,9 @@ for name, values in change.items():
 
 # %% [markdown]
 # With two layers the placements behave alike. With depth, one step moves the post-norm stack's output
-# more and more: at 16 layers a single step of size $10^{-3}$ changes about 80% of it, against under half
-# for pre-norm. An optimiser whose every step rewrites the function it is optimising
-# is not following a gradient any more; that is the instability. With a warm-up, the first step is 4000
+# more and more: at 16 layers a single step of size $10^{-3}$ changes a large fraction of it, clearly more than
+# for pre-norm (the printed values at L=16). An optimiser whose every step rewrites the function it is
+# optimising is not following a gradient any more; that is the instability. With a warm-up, the first step is 4000
 # times smaller, and for small steps the change shrinks in proportion (try
 # `output_change_after_one_step(16, False, 1e-3 / 4000)`): the output barely moves while Adam's statistics
 # settle.
@@ -664,7 +668,8 @@ for name, values in change.items():
 # the one-step figure. A warm-up (the paper's $\text{lrate} = d_{\text{model}}^{-0.5} \cdot
 # \min(\text{step}^{-0.5}, \text{step}\cdot\text{warmup}^{-1.5})$ with 4000 warm-up steps, built in
 # chapter 10) keeps the first steps tiny while Adam's second-moment estimates, which start from a single
-# noisy gradient, settle. In pre-norm each update is one more term added to a large, unnormalised stream;
+# noisy gradient, settle (the argument of Liu et al., 2020, *On the Variance of the Adaptive Learning Rate and
+# Beyond*). In pre-norm each update is one more term added to a large, unnormalised stream;
 # the output is less sensitive, gradients are smaller and more even, and deep pre-norm stacks train without
 # warm-up (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", who also show that
 # post-norm's gradients near the output do not shrink with depth while pre-norm's do).
@@ -678,9 +683,9 @@ for name, values in change.items():
 
 # %% [markdown]
 # **Honest scale.** All of this was measured on small stacks ($d_{\text{model}} = 32$), at initialisation
-# and after one step, in seconds on a CPU. The differences are moderate here (a factor 1.4–2.2 in
-# parameter gradients, 0.79 against 0.46 after one step at 16 layers) and grow with depth, as the
-# figures show. Full training runs with and without warm-up belong to chapter 10.
+# and after one step, in seconds on a CPU. The differences are moderate here (the ratios of parameter
+# gradients and the one-step changes printed above) and grow with depth, as the figures show. Full training
+# runs with and without warm-up belong to chapter 10.
 #
 # ### Play with it
 #

@@ -255,7 +255,8 @@ print("with ReLU it is not:                     ",
 #
 # The paper uses ReLU, $\max(0, z)$: cheap, and exactly zero for negative inputs, so for each position
 # roughly half of the hidden units are silent at initialisation (a sparse code). Later models (BERT, GPT-2
-# and many encoder and GPT-style models since) use **GELU**, $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
+# and many encoder and GPT-style models since) use **GELU** (Hendrycks and Gimpel, 2016),
+# $\mathrm{GELU}(z) = z\,\Phi(z)$, with $\Phi$ the standard normal CDF:
 # $z$ weighted by the probability that a standard normal variable is below it. It is smooth, close to ReLU
 # for large $|z|$, slightly negative for $z < 0$ (minimum $\approx -0.17$ at $z \approx -0.75$). Its slope,
 # $\Phi(z) + z\,\varphi(z)$ ($\varphi$ the standard normal density), is positive right of that minimum, negative left of it, and zero at it; far to
@@ -488,7 +489,7 @@ T.quiz.show("06")
 # - Position-wise: the same weights at every position, no mixing; permuting positions permutes outputs, and
 #   it is exactly two 1×1 convolutions.
 # - The activation is what makes it more than one $d_{\text{model}} \times d_{\text{model}}$ linear map;
-#   ReLU (the paper) or GELU (most later models, smooth, $z\,\Phi(z)$).
+#   ReLU (the paper) or GELU (BERT, GPT-2 and many models since; smooth, $z\,\Phi(z)$).
 # - In a base encoder layer the FFN holds 2.1 M of 3.15 M parameters (two thirds), attention 1.05 M, the
 #   norms 2 048; in a decoder layer, with its extra cross-attention, the same FFN is about half of 4.2 M.
 # - Most current large models use a gated variant, SwiGLU, still position-wise (chapter 16).

@@ -26,7 +26,7 @@
 # **What you will learn**
 # - how one encoder layer wires self-attention and feed-forward, each inside a residual connection, with
 #   dropout and layer norm — post-norm as in the paper, pre-norm as an option (`norm_first`);
-# - why a padded batch gives exactly the same numbers as encoding each sentence alone;
+# - why a padded batch gives the same numbers as encoding each sentence alone (up to float rounding);
 # - how to prove the layer and the stack equal to `torch.nn.TransformerEncoderLayer` / `nn.TransformerEncoder`,
 #   and why PyTorch's *fast path* has to be switched off to compare padded positions;
 # - what the attention maps of an untrained encoder look like, layer by layer.
@@ -137,8 +137,9 @@ print("running on", device.type)
 # `Decoder` and `TransformerConfig` all take these names. Dropout only acts in training mode (`.train()`);
 # in `.eval()` every site passes its input through unchanged, which is why the comparisons below call `.eval()`.
 #
-# This is **post-norm**: the norm comes *after* the sum. Later work (e.g. Xiong et al., 2020; chapter 05)
-# moved the norm inside the branch, **pre-norm**: $x + \mathrm{Dropout}(\mathrm{Sublayer}(\mathrm{LayerNorm}(x)))$,
+# This is **post-norm**: the norm comes *after* the sum. Later code moved the norm inside the branch (the
+# authors' own tensor2tensor by 2018; Xiong et al., 2020, analysed why it helps; chapter 05), **pre-norm**:
+# $x + \mathrm{Dropout}(\mathrm{Sublayer}(\mathrm{LayerNorm}(x)))$,
 # which trains more stably in deep stacks and needs one extra LayerNorm after the last layer, because the
 # stream itself is otherwise never normalised. tfm_lesson has both: `norm_first=False` (the paper, the default)
 # and `norm_first=True`.
@@ -391,9 +392,10 @@ for layer in range(peak.size(0)):
 #   nobody reads their outputs;
 # - untrained does not mean uniform: the embeddings (scaled to unit variance, chapter 09) pass through random
 #   projections, which give scores of order one, and softmax exaggerates their differences. The cell above
-#   prints each row's largest weight: in layer 0 it is 0.62 on average, and one row puts 0.98 on a single key,
-#   against 0.25 for uniform weights over the four real keys. Deeper layers, whose inputs are already mixtures
-#   of several tokens, are flatter (about 0.4), yet still far from uniform. None of these patterns means anything yet; training (chapter 10) turns
+#   prints each row's largest weight: in layer 0 its mean is well above the uniform value printed beside it
+#   (one weight in four, over the four real keys), and the highest row puts nearly all of its weight on a
+#   single key. Deeper layers, whose inputs are already mixtures of several tokens, are flatter (lower printed
+#   means), yet still far from uniform. None of these patterns means anything yet; training (chapter 10) turns
 #   them into specialised heads, as chapter 12 shows.
 
 # %% [markdown]

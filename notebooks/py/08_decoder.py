@@ -337,9 +337,10 @@ viz.show_attention(cross[0].mean(0), x_tokens=src_tokens, y_tokens=tgt_tokens, x
 
 # %% [markdown]
 # Every row sums to 1 over the source: each target position distributes its attention over the $s = 7$
-# source tokens. Untrained and averaged over the heads, the rows are blurry (the cell above prints every
-# weight between 0.09 and 0.24, around the uniform 0.14); single heads are more peaked, as in chapter 07, but
-# their peaks are accidents of the random weights. There is no alignment yet — the diagonal-ish pattern a
+# source tokens. Untrained and averaged over the heads, the rows are blurry (the cell before the figure prints
+# the smallest and the largest weight, on either side of the uniform value it prints beside them); single
+# heads are more peaked (the last value it prints), as in chapter 07, but their peaks are accidents of the random
+# weights. There is no alignment yet — the diagonal-ish pattern a
 # trained model shows for "le chat" ↔ "the cat" has to be learned. Compare with the decoder's
 # *self*-attention of the same pass: its upper triangle is exactly zero, the causal mask at work.
 

@@ -196,7 +196,8 @@ print("cross_entropy(logits) == nll_loss(log_softmax):",
 # %% [markdown]
 # ### Initialisation
 #
-# `reset_parameters` uses Xavier-uniform for every weight matrix of the two stacks: for a layer with
+# `reset_parameters` uses Xavier-uniform (Glorot and Bengio, 2010) for every weight matrix of the two stacks,
+# as tensor2tensor does: for a layer with
 # $n_\text{in}$ inputs and $n_\text{out}$ outputs it draws from $U(-a, a)$ with
 # $a = \sqrt{6 / (n_\text{in} + n_\text{out})}$, so the variance is $2/(n_\text{in} + n_\text{out})$ and, for a
 # square $W^Q$, the output of a layer has the variance of its input. Biases start at zero; embeddings at

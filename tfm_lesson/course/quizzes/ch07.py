@@ -59,8 +59,8 @@ QUESTIONS = [
         ],
         answer=1,
         feedback=[
-            "Random projections give scores of order one, and softmax exaggerates their differences: layer 0's rows "
-            "put 0.62 of their weight on one key on average, against 0.25 for uniform.",
+            "Random projections give scores of order one, and softmax exaggerates their differences: the chapter "
+            "prints each row's largest weight, and in layer 0 it is far above the uniform 1/4 on average.",
             "Right: not uniform, but not meaningful either; training (chapter 10) makes heads specialise.",
             "Specialised heads come from training (chapter 12 shows them); untrained patterns are accidents of "
             "the random weights.",
