@@ -450,13 +450,13 @@ print(f"uniform guess over the vocabulary:       {data.vocab_size}")
 
 # %% [markdown]
 # The trained model's perplexity, measured on 5,000 sentences it never saw, is a small fraction of the unigram
-# baseline's: it uses the context. On the machine that stored this page, every number the chapter prints came
-# out the same under PyTorch's three CPU kernel settings (`ATEN_CPU_CAPABILITY` set to `default`, `avx2` and
-# `avx512`, which change how its CPU code adds numbers up). Another CPU can still differ, and a GPU more so: its
-# kernels add the numbers up in another order, and over 250 steps small differences grow, so expect the
-# perplexity and the samples below to differ a little from the ones stored here. Perplexity counts tokens, not
-# words: tokens are pieces of words, and inside a word the next piece is often nearly certain, while at the
-# start of a sentence many tokens are possible.
+# baseline's: it uses the context. On the machine that stored this page, every figure of the trained model that
+# the chapter prints (perplexities, probabilities, samples) came out the same under PyTorch's three CPU kernel
+# settings (`ATEN_CPU_CAPABILITY` set to `default`, `avx2` and `avx512`, which change how its CPU code adds
+# numbers up). Another CPU can still differ, and a GPU more so: its kernels add the numbers up in another order,
+# and over 250 steps small differences grow, so expect the perplexity and the samples below to differ a little
+# from the ones stored here. Perplexity counts tokens, not words: tokens are pieces of words, and inside a word
+# the next piece is often nearly certain, while at the start of a sentence many tokens are possible.
 #
 # And the samples:
 

@@ -373,8 +373,8 @@ plt.show()
 # explain, run the cell again when the machine is quiet. The figure stored on this page has several: it was
 # measured while other programs ran on the same machine, which is also why its table's cached rate falls at 128
 # and 512 tokens (the plateaus of the cached line fall inside those first 128 and 512 steps), and why its cached
-# "whole runs" time is far above the time the last timing cell of "Where the milliseconds went" prints for the
-# same 512 tokens with the same cache.
+# "whole runs" time is many times what the rate printed by the last timing cell of "Where the milliseconds went"
+# gives for the same 512 tokens with the same cache.
 #
 # At the very first token both paths do the same work (the whole prompt). The figure's first point is a running
 # median over the first steps, not the first token alone, so the two lines already start apart.
