@@ -335,18 +335,20 @@ def chapter_14_longer() -> None:
 
 
 def chapter_14_vocab() -> None:
-    """Prompt 3: vocabulary 300 or 2,000 instead of 512: tokens per character, and the embedding table."""
+    """Prompt 3: vocabulary 300 or 1,000 instead of 512: tokens per character, and the embedding table; and 2,000,
+    which the tokenizer cannot reach on this corpus (it stops when no pair occurs twice): the size it reaches."""
     from tfm_lesson.data.corpus import load_corpus
     from tfm_lesson.train.lm import prepare_lm_data
 
     corpus = load_corpus()
     sizes = {}
-    for vocab in (300, 512, 2000):
+    for vocab in (300, 512, 1000, 2000):
         start = time.perf_counter()
         data = prepare_lm_data(corpus, vocab_size=vocab, tokenizer_chars=300_000)
-        tokens = len(data.train)
-        sizes[vocab] = {"train_tokens": tokens, "characters_per_token": round(len(corpus.train) / tokens, 2),
-                        "embedding_parameters_d_model_64": vocab * 64,
+        tokens, reached = len(data.train), len(data.tokenizer)  # reached < vocab when no pair occurs twice any more
+        sizes[vocab] = {"vocabulary_reached": reached, "train_tokens": tokens,
+                        "characters_per_token": round(len(corpus.train) / tokens, 2),
+                        "embedding_parameters_d_model_64": reached * 64,
                         "tokenizer_seconds_under_this_load": round(time.perf_counter() - start)}
     report("14", 3, train_characters=len(corpus.train), by_vocab_size=sizes)
 

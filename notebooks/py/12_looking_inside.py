@@ -436,7 +436,7 @@ viz.plot_scatter({name: (table[row], damage[row]) for row, name in enumerate(lab
 # `avx512`; the stored page shows the last). The ranges below are from those three runs; another CPU or a GPU
 # can fall outside them, so compare them with what your cells printed.
 #
-# - **A few heads are essential.** Two heads stood out in all three runs: head 3 of the first decoder
+# - **A few heads are essential.** The same two heads cost the most in all three runs: head 3 of the first decoder
 #   self-attention layer (57.5 to 82 points) and head 1 of the first cross-attention layer (43 to 78 points),
 #   in that order in all three, though on another machine the two may swap places. Without either one many numbers
 #   come out wrong: in this run the model concentrated a job in one head and built no backup (one seed shows
@@ -450,7 +450,7 @@ viz.plot_scatter({name: (table[row], damage[row]) for row, name in enumerate(lab
 # - **Entropy is a hint, not a verdict.** Both correlations are negative: heads with *lower* entropy (sharper,
 #   pointer-like) tend to cost *more* when removed. The rank correlation ($\rho$ from −0.56 to −0.69 over the
 #   three runs; with 24 heads any $|\rho|$ above 0.53 has a two-sided p-value below 0.01) is much stronger than
-#   Pearson's $r$ (−0.27 in all three): the damage is very skewed (two heads far above the rest), and a straight
+#   Pearson's $r$ (−0.27 in all three): the damage is very skewed (a few heads far above the rest), and a straight
 #   line fits such a cloud badly even when the order agrees. Still, the order is not a law — the second most
 #   harmful head has middling entropy (about 0.5) — and 24 heads of one model are few. Claims drawn from
 #   attention maps alone should be checked by an intervention like this one.

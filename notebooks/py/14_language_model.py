@@ -204,8 +204,10 @@ print("decoder layer with silent cross-attention == GPT block:", same)
 # of blocks, a final layer norm (pre-norm needs one at the end, chapter 05), and a linear layer to vocabulary
 # logits whose weight **is** the embedding matrix (tied embeddings, as in the paper's section 3.4). Unlike the
 # 2017 paper, GPT-2 does not multiply the embeddings by $\sqrt{d_\text{model}}$, and its feed-forward network
-# uses the GELU activation (a smooth version of ReLU, chapter 06) instead of ReLU. Here it is, written with the
-# modules of chapters 03–06:
+# uses the GELU activation (a smooth version of ReLU, chapter 06) instead of ReLU. (GPT-2 computes GELU with a
+# tanh approximation, `activation="gelu_tanh"` in `GPTConfig`; the course's GPT uses the exact formula unless told
+# otherwise. The two differ by less than a thousandth, but a model loaded from GPT-2's weights must use GPT-2's,
+# as chapter 16 does.) Here it is, written with the modules of chapters 03–06:
 
 # %%
 class MyGPTBlock(nn.Module):
@@ -448,10 +450,13 @@ print(f"uniform guess over the vocabulary:       {data.vocab_size}")
 
 # %% [markdown]
 # The trained model's perplexity, measured on 5,000 sentences it never saw, is a small fraction of the unigram
-# baseline's: it uses the context. These figures are those of a CPU. On a GPU the same seeds can give other
-# figures: its kernels add the numbers up in another order, and over 250 steps small differences grow, so
-# expect the perplexity and the samples below to differ a little from the ones stored here. Perplexity counts tokens, not words: tokens are pieces of words, and inside a
-# word the next piece is often nearly certain, while at the start of a sentence many tokens are possible.
+# baseline's: it uses the context. On the machine that stored this page, every figure of the trained model that
+# the chapter prints (perplexities, probabilities, samples) came out the same under PyTorch's three CPU kernel
+# settings (`ATEN_CPU_CAPABILITY` set to `default`, `avx2` and `avx512`, which change how its CPU code adds
+# numbers up). Another CPU can still differ, and a GPU more so: its kernels add the numbers up in another order,
+# and over 250 steps small differences grow, so expect the perplexity and the samples below to differ a little
+# from the ones stored here. Perplexity counts tokens, not words: tokens are pieces of words, and inside a word
+# the next piece is often nearly certain, while at the start of a sentence many tokens are possible.
 #
 # And the samples:
 

@@ -348,7 +348,7 @@ for n in (32, 128, 512):
     cached_rate, uncached_rate = 1e3 * n / sum(fast_ms[:n]), 1e3 * n / sum(slow_ms[:n])
     print(f"{n:10} | {cached_rate:12.0f} | {uncached_rate:14.0f} | {cached_rate / uncached_rate:5.1f}x")
 
-# %% mystnb={"image": {"alt": "Line chart of milliseconds per generated token over 512 tokens: without the cache the time grows with the length, with the KV cache it stays far lower and nearly flat."}}
+# %% mystnb={"image": {"alt": "Line chart of milliseconds per generated token over 512 tokens, measured while other programs ran on the same machine: without the cache the time climbs with the length, broken by tall spikes where those programs slowed the run; with the KV cache it stays near the bottom, apart from three plateaus caused by the same disturbances."}}
 fig, ax = plt.subplots(figsize=(7, 3.5))
 ax.plot(range(1, 513), slow_ms, label="without cache: the whole sequence each step")
 ax.plot(range(1, 513), fast_ms, label="with KV cache: one token each step")
@@ -370,7 +370,11 @@ plt.show()
 # at the same time make single steps jump, so the table and the figure use the running median of 15 steps
 # (the "whole runs" times above the table include every jump); a median removes single jumps, not a
 # disturbance that lasts many steps. If your figure shows a plateau or a cliff that the trend does not
-# explain, run the cell again when the machine is quiet.
+# explain, run the cell again when the machine is quiet. The figure stored on this page has several: it was
+# measured while other programs ran on the same machine, which is also why its table's cached rate falls at 128
+# and 512 tokens (the plateaus of the cached line fall inside those first 128 and 512 steps), and why its cached
+# "whole runs" time is many times what the rate printed by the last timing cell of "Where the milliseconds went"
+# gives for the same 512 tokens with the same cache.
 #
 # At the very first token both paths do the same work (the whole prompt). The figure's first point is a running
 # median over the first steps, not the first token alone, so the two lines already start apart.
@@ -435,8 +439,10 @@ print(f"128 tokens: cached {1e3 * 128 / sum(smooth(a)):.0f} tok/s, uncached {1e3
 # %% [markdown]
 # ## Where the milliseconds went
 #
-# "The math" counted the arithmetic of one cached step: for this chapter's model a few hundred thousand
-# multiply-adds per token, which a laptop core does in well under a millisecond. Compare that with the
+# "The math" counted the arithmetic of one cached step: for this chapter's model, at the early steps profiled
+# below, 120,000 to 130,000 multiply-adds per token (two layers of $4d_\text{model}^2 + 2\,d_\text{model} d_{ff}$,
+# attention over a few dozen cached positions, and the output layer's $d_\text{model} \times V$), which a
+# laptop core does in well under a millisecond. Compare that with the
 # cached times per token the table above printed: most of a cached step is not arithmetic. To see what it is,
 # `torch.profiler` records every **operator** a step calls (an operator is one call into torch's C++ library:
 # a matrix product, an addition, a copy, a reshaping view) and how long each one ran on its own, its *self*

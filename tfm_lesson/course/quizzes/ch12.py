@@ -36,12 +36,12 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="In the chapter, none of the four heads of the second decoder self-attention block is among the most "
-               "harmful to remove on its own, yet removing all four together costs almost every point. What does "
-               "that show?",
+        prompt="In the chapter, each head of the second decoder self-attention block costs far fewer exact-match points "
+               "when removed on its own than the four cost together, which is almost every point. What does that "
+               "show?",
         options=[
-            "That the heads back each other up: each alone costs far less than the block (at most 14 points "
-            "against 96.5 together).",
+            "That the heads back each other up: each alone costs far less than the whole block (compare the "
+            "block's bar with the heads' row in the chapter's figures).",
             "That the block does nothing important.",
             "That the ablation hook is wrong.",
         ],
@@ -54,10 +54,10 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="Over 24 heads, Pearson's r between entropy and damage is −0.27, but two heads alone carry most of the "
-               "damage. Why also report Spearman's rank correlation?",
+        prompt="Over 24 heads, Pearson's r between entropy and damage is only −0.27, and the damage is very skewed: a "
+               "few heads cost far more than the rest. Why also report Spearman's rank correlation?",
         options=[
-            "Because it correlates ranks, so two extreme heads count as two ranks instead of dominating the sum.",
+            "Because it correlates ranks, so a few extreme heads count as a few ranks instead of dominating the sum.",
             "Because Spearman's is always larger.",
             "Because Pearson's r cannot be negative.",
         ],

@@ -14,7 +14,8 @@ QUESTIONS = [
             "It is the other way round: RMSNorm keeps the division (by the root mean square) and drops the mean.",
             "RMSNorm keeps one learned gain per feature, `weight`, initialised to ones; it has no shift `bias`.",
             "Right. The scale is what keeps each sub-layer's input a steady size; the mean can stay. A vector with "
-            "a non-zero mean keeps that mean after RMSNorm (layer norm would set it to 0).",
+            "a non-zero mean still has one after RMSNorm, divided like every feature by the root mean square "
+            "(layer norm would set it to 0).",
         ],
     ),
     Question(
