@@ -218,7 +218,7 @@ print(f"final loss: first half {log['loss, first half'][-1]:.2f}, repeated half 
 # %% [markdown]
 # ### See it: the phase change
 
-# %% mystnb={"image": {"alt": "Line chart of the loss on each half of repeated-token sequences over the training steps: both start near the same value; the first half stays there, while the repeated half drops sharply partway through training to well below it."}}
+# %% mystnb={"image": {"alt": "Line chart of the loss on each half of repeated-token sequences over the training steps: both start near the same value; the first half stays near it and ends a little above it, while the repeated half drops sharply partway through training to well below it."}}
 steps = log["step"]
 viz.plot_lines({k: log[k] for k in ("loss, first half", "loss, repeated half")}, x=steps,
                title="Loss on each half of repeated sequences", ylabel="cross-entropy (nats)")
@@ -234,9 +234,9 @@ print(f"the repeated half's loss first falls below half of the first half's at s
 
 # %% [markdown]
 # Read the two figures together. The loss on the first half never falls below the uniform guess's: those
-# tokens are random, and nothing can be learnt about them. (Once the model copies, it even rises above it, by
-# the difference of the two numbers the cell above printed: the model now bets on tokens it has already seen, a
-# bad bet in a random first half.) The loss on
+# tokens are random, and nothing can be learnt about them. (Once the model copies, it even rises above it:
+# compare the first half's final loss with the uniform guess, both printed by the training cell. The model now
+# bets on tokens it has already seen, a bad bet in a random first half.) The loss on
 # the repeated half stays flat for hundreds of steps, then falls steeply (the cell above prints the step where
 # it crosses half of the first half's loss). The two scores rise at the same moment: the previous-token head
 # and the induction head form *together*, as the K-composition argument predicts, since neither is any use
@@ -266,7 +266,7 @@ print(f"induction head:      layer 1, head {ind_head} (score {after['prefix_matc
 # induction head matches are there); in the second half it looks elsewhere. The induction head, in the second
 # half, draws a line $n - 1$ positions back, one step after the earlier copy.
 
-# %% mystnb={"image": {"alt": "Two attention heatmaps over one repeated-token sequence: the previous-token head of layer 0 lights the cells just below the diagonal, and the induction head of layer 1 lights, in the repeated half, a line offset back by the segment's length."}}
+# %% mystnb={"image": {"alt": "Two attention heatmaps over one repeated-token sequence: the previous-token head of layer 0 lights the cells just below the diagonal, and the induction head of layer 1 lights, in the repeated half, a line offset back by one less than the segment's length."}}
 with torch.no_grad(), T.record_attention(toy) as record:
     toy(probe[:1])
 fig = viz.Figure(figsize=(10, 4.4), dpi=viz.DPI, layout="constrained")
@@ -581,10 +581,11 @@ viz.show_alignment(rows, sample.sure, sample.possible, x_tokens=list(sample.en_t
 #
 # Both parts measured two things about the same heads: what the attention points at (a score read off the maps)
 # and what happens when the head is removed (an intervention). If attention explained the model's behaviour, the
-# two would rank the heads alike. Whether attention explains a model is debated, though the papers below did not
-# run this test: the first two compared attention over *input tokens* with other measures of each token's
-# importance, and the last two removed heads without asking where they attend. Ranking heads both ways is our
-# combination of their questions.
+# two would rank the heads alike. Whether attention explains a model is debated. The first two papers below
+# compared attention over *input tokens*, not heads, with other measures of each token's importance. Of the last
+# two, Michel et al. removed heads without asking where they attend, while Voita et al. came closest to this
+# chapter's question: they named encoder heads by where they attend and found those heads among the most
+# important. Here every head is ranked both ways, and the two rankings are compared with one number.
 #
 # - Jain & Wallace (2019), *Attention is not Explanation*, found that the attention weights of recurrent models
 #   for text classification, question answering and inference often disagree with gradient and leave-one-out
@@ -593,8 +594,10 @@ viz.show_alignment(rows, sample.sure, sample.possible, x_tokens=list(sample.en_t
 #   "explanation" means: attention can be one plausible account among several, and their tests show it often
 #   carries real information, though it is not the unique faithful one.
 # - Michel et al. (2019), *Are Sixteen Heads Really Better than One?*, removed a large fraction of the heads of
-#   trained Transformers at test time with little loss (some layers down to a single head); Voita et al. (2019), *Analyzing Multi-Head Self-Attention*, found a few
-#   specialised heads (positional, syntactic, rare-word) doing the heavy lifting, and pruned most of the rest.
+#   trained Transformers at test time with little loss (some layers down to a single head); Voita et al. (2019),
+#   *Analyzing Multi-Head Self-Attention*, recognised a few specialised encoder heads by their attention
+#   (positional, syntactic, rare-word), found them the most important by layer-wise relevance propagation and the
+#   last to be pruned, and pruned most of the rest.
 #   Many heads look busy in their maps and are not needed.
 #
 # Here are both comparisons. For each translation head: how well it aligns ($1 - \text{AER}$, the row

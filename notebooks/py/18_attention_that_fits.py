@@ -30,9 +30,11 @@
 #   pass over the row (here in blocks), the running sum **rescaled** whenever the maximum grows, then a second
 #   pass that writes the outputs;
 # - **tiled attention**, the forward pass of FlashAttention (Dao et al., 2022; Rabe & Staats, 2021 had shown the
-#   same running sums in chunks, with memory that grows with the length only): blocks ("tiles") of queries meet
-#   tiles of keys, with a running maximum, a running sum and an output accumulator per query, normalised once
-#   at the end; causal masks with the tile's **offset** in the sequence; queries that see no key;
+#   same running sums in chunks, with extra memory that grows far more slowly than the square of the length,
+#   $O(\sqrt{n})$ in their implementation, and a backward pass that recomputes instead of storing): blocks
+#   ("tiles") of queries meet tiles of keys, with a running maximum, a running sum and an output accumulator per
+#   query, normalised once at the end; causal masks with the tile's **offset** in the sequence; queries that see
+#   no key;
 # - the **backward pass by recomputation**: keep only the output and one number per query (the log-sum-exp),
 #   rebuild each tile of probabilities when the gradient needs it; checked against autograd in float64;
 # - the **memory**, measured: the explicit path's peak grows with the square of the length, the tiled one with
@@ -677,11 +679,12 @@ check_arithmetic_intensity(intensity)
 # Write `my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal, mask)` for float64 tensors
 # $(\text{batch}, \text{heads}, \text{len}, d)$: the gradients `(grad_q, grad_k, grad_v)` of the attention whose
 # output `out` and log-sum-exp `lse` (`-inf` for a query that sees no key) were saved by the forward pass,
-# `grad_out` being $dO$. Follow the math section tile by tile: recompute $P = e^{S - L}$ with the causal rule and
-# the mask, compute $D = \mathrm{rowsum}(dO \circ O)$ once, and let every pair of tiles add its share to $dQ$, $dK$
-# and $dV$. Remember the $-\infty$ rule. Write it yourself: the checker compares with autograd through the explicit
-# attention, refuses autograd and the package's backward, and measures that no $(\text{q\_len}, \text{k\_len})$
-# matrix is held at once.
+# `grad_out` being $dO$. Follow the math section tile by tile: recompute $P = e^{S - L}$ with the mask and the causal
+# rule of exercise 2 (with fewer queries than keys, query $i$ sits at position $i + \text{k\_len} - \text{q\_len}$),
+# compute $D = \mathrm{rowsum}(dO \circ O)$ once, and let every pair of tiles add its share to $dQ$, $dK$ and $dV$.
+# Remember the $-\infty$ rule. Write it yourself: the checker compares with autograd through the explicit attention,
+# refuses autograd and the package's backward, and measures that no $(\text{q\_len}, \text{k\_len})$ matrix is held
+# at once.
 
 # %%
 def my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
@@ -701,8 +704,9 @@ def my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mas
         for k0 in range(0, k_len, block_size):
             k1 = min(k0 + block_size, k_len)
             S = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)  # (b, h, bq, bk)
-            if causal:  # positions in the sequence
-                S = S.masked_fill(torch.arange(k0, k1) > torch.arange(q0, q1)[:, None], float("-inf"))
+            if causal:  # positions in the sequence; the queries are its last q_len positions, as in exercise 2
+                q_pos = torch.arange(q0, q1)[:, None] + (k_len - q_len)
+                S = S.masked_fill(torch.arange(k0, k1) > q_pos, float("-inf"))
             if mask is not None:
                 S = S.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             P = torch.exp(S - L[:, :, q0:q1, None]).masked_fill(sees_none[:, :, q0:q1, None], 0.0)

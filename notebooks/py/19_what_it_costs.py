@@ -148,9 +148,9 @@ print(f"{platform.processor() or platform.machine()}, torch {torch.__version__},
 # an explicit mask compute (a causal flash kernel skips most of the masked tiles and does less). For training it
 # gives $12\, n_\text{layer} n_\text{ctx} d$ per token, the term Chowdhery et al. (2022, appendix B) add to
 # $6N$ for their MFU. Kaplan et al. write $C_\text{forward} \approx 2N_\text{ne} + 2 n_\text{layer} n_\text{ctx} d$
-# with $N_\text{ne}$ the non-embedding parameters: their attention term is half of ours, which matches counting
-# only the unmasked half (the paper does not say which), and their $2N_\text{ne}$ leaves out the generator's
-# product, which ours counts. Training on $D$ tokens costs
+# with $N_\text{ne}$ the non-embedding parameters: their attention term, one row of their table 1 ("Attention:
+# Mask"), is half of ours, as if it counted only one of the two products, or only the unmasked half of the square
+# (the paper does not say which); and their $2N_\text{ne}$ leaves out the generator's product, which ours counts. Training on $D$ tokens costs
 # $C \approx 6 N_\text{matmul} D$ plus the attention term.
 #
 # **Memory** of a float32 training step with Adam: $4 + 4 + 2 \cdot 4 = 16$ bytes per parameter (weight,

@@ -134,12 +134,13 @@ def _score(a: Tensor, seg_len: int, bug: str = "") -> Tensor:
 
 
 _SCORE_HINTS = {
-    "first_half": "you measured the FIRST half (queries 1 .. seg_len): those tokens are random and have no earlier "
-                  "copy, so nothing there can be induced. Take the queries of the repeated half, positions "
-                  "seg_len + 1 .. 2 seg_len",
-    "first_half_back": "you measured the FIRST half (queries 1 .. seg_len): those tokens are random and have no "
-                       "earlier copy. Take the queries of the repeated half, positions seg_len + 1 .. 2 seg_len",
-    "diagonal": "you averaged the whole offset diagonal, so queries of the FIRST half (which have no earlier copy) "
+    "first_half": "you measured the FIRST half (queries 1 .. seg_len): those tokens are random, with no planned "
+                  "earlier copy (a repeat there is chance), so the score is not about them. Take the queries of the "
+                  "repeated half, positions seg_len + 1 .. 2 seg_len",
+    "first_half_back": "you measured the FIRST half (queries 1 .. seg_len): those tokens are random, with no "
+                       "planned earlier copy. Take the queries of the repeated half, positions seg_len + 1 .. 2 "
+                       "seg_len",
+    "diagonal": "you averaged the whole offset diagonal, so queries of the FIRST half (no planned earlier copy) "
                 "are in the mean: keep only the repeated half's queries, positions seg_len + 1 .. 2 seg_len",
     "copy_itself": "you scored attention to the earlier copy of the token itself (t - seg_len): that is a "
                    "duplicate-token head. An induction head attends to the token AFTER it, t - seg_len + 1",

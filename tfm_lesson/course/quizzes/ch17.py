@@ -42,15 +42,17 @@ QUESTIONS = [
         options=[
             "That the head is not an induction head: an induction head attends to the token after the earlier copy at "
             "every position.",
-            "Nothing: the first half is random, no token has an earlier copy, so there is nothing to induce there.",
+            "Nothing: the first half is random, any earlier copy there is chance, and the score is defined on "
+            "the repeat.",
             "That the model has not been trained long enough.",
         ],
         answer=1,
         feedback=[
             "The same head may score near 1 on the repeated half; the first half cannot show it either way.",
             "Right: the score is measured on the queries of the repeated half, each looking one token after the "
-            "earlier copy of its own token.",
-            "Even a perfect induction head has no earlier copy to find in the first half.",
+            "planned earlier copy of its own token; in the random first half a token repeats only by chance.",
+            "Training does not plant copies in the first half: even a perfect induction head finds only the "
+            "repeats that chance put there.",
         ],
     ),
     Question(
@@ -103,7 +105,8 @@ QUESTIONS = [
             "what it can be used to claim.",
             "Right: this is the debate of Jain and Wallace (2019) and Wiegreffe and Pinter (2019); redundant heads "
             "(Michel et al., 2019; Voita et al., 2019) are one reason the two disagree.",
-            "The ablation was checked by hand; a head can look aligned and still be redundant.",
+            "Ablation answers another question, whether the model needs the head; a head can look aligned and "
+            "still be redundant.",
         ],
     ),
 ]

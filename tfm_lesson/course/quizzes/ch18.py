@@ -90,7 +90,8 @@ QUESTIONS = [
             "it does more work); only the causal version skips tiles above the diagonal.",
             "Right: the chapter measures the explicit path's peak growing with the square of the length and the "
             "tiled one growing with the length. On a GPU the fused kernel is also faster, because it reads and "
-            "writes less of the slow memory; a Python loop on a CPU is not.",
+            "writes less of the slow memory; a Python loop on a CPU is not reliably faster (see the chapter's "
+            "timing table).",
             "The online softmax is exact: the chapter shows the outputs equal to PyTorch's SDPA within 1e-6 in "
             "float32, and the gradients equal in float64.",
         ],
