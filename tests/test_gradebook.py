@@ -205,7 +205,7 @@ def test_the_canvas_file_follows_the_importer(term, capsys):
     assert code == 0, err
     rows = _read(tmp / "canvas.csv")
     head, points, students = rows[0], rows[1], rows[2:]
-    # Canvas's header test: "Student" then "ID", then SIS User ID and SIS Login ID, the student columns ending at Section
+    # Canvas's header test: "Student" then "ID", then SIS User ID and SIS Login ID; the student columns end at Section
     assert head[:5] == CANVAS_STUDENT_COLUMNS == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     assert head[5:] == ["ch03", "ch14"]
     assert not {"Current Score", "Final Score", "Current Points", "Final Points", "Total"} & set(head)
@@ -228,7 +228,8 @@ def test_the_gradescope_file_has_its_columns(term, capsys):
     emails = [r[head.index("Email")] for r in rows[1:]]
     assert len(set(emails)) == 4 and all("@" in e for e in emails)  # Gradescope's key: one email per student
     for row in rows[1:]:
-        assert _numeric(row[head.index("ch03 - Max Points")]) == 5 and _numeric(row[head.index("ch14 - Max Points")]) == 4
+        tops = [_numeric(row[head.index(f"{label} - Max Points")]) for label in ("ch03", "ch14")]
+        assert tops == [5, 4]
         assert 0 <= _numeric(row[head.index("ch03")]) <= 5 and 0 <= _numeric(row[head.index("ch14")]) <= 4
     # a student without an email cannot be matched there: refused before anything is written
     _write(roster, _read(roster)[:4] + [["dan", "Dan Okafor", "", "B", "1004"]])
@@ -302,3 +303,31 @@ def test_the_course_command_lists_gradebook(capsys):
     assert code == 0 and "gradebook" in out
     code, out, _ = call_main(main, ["gradebook", "--help"], capsys)
     assert code == 0 and "--canvas" in out and "--free-late-days" in out
+
+
+def test_the_instructors_page_command_runs_as_written(term, capsys, monkeypatch):
+    """The command of the book's "Keeping a gradebook", run word for word on a class laid out as it names the files."""
+    import re
+    import shlex
+
+    from conftest import ROOT
+
+    page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+    section = page.split("## Keeping a gradebook", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"```bash\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    words = shlex.split(command)
+    assert words[:3] == [".venv/bin/python", "-m", "tfm_lesson.course"] and words[3] == "gradebook"
+    tmp, roster, g03, g14 = term
+    monkeypatch.chdir(tmp)
+    (tmp / "grades").mkdir()
+    g03.rename(tmp / "grades" / "ch03.csv")
+    g14.rename(tmp / "grades" / "ch14.csv")
+    _write(tmp / "times.csv", [["chapter", "student", "submitted_at"], ["ch03", "bob", "2026-10-07T12:00+02:00"]])
+    _write(tmp / "overrides.csv", [["student", "chapter", "exercise", "points", "reason"],
+                                   ["carol", "ch03", "Exercise 1", "1", "half right"]])
+    code, out, err = call_main(main, words[3:], capsys)
+    assert code == 0, err
+    book = _by_id(tmp / "gradebook.csv")
+    assert book["carol"]["ch03"] == "4" and book["bob"]["ch03 late days"] == "2"
+    assert _read(tmp / "canvas.csv")[1][0] == "Points Possible" and _read(tmp / "gradescope.csv")[0][1] == "Email"
+    assert _read(tmp / "moodle.csv")[0][:3] == MOODLE_STUDENT_COLUMNS

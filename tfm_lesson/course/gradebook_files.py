@@ -76,8 +76,8 @@ def _scores(book: Gradebook, student_id: str) -> list[str]:
 def canvas(book: Gradebook) -> list[list[str]]:
     """Canvas's gradebook import: the student columns, a ``Points Possible`` row, a column per chapter."""
     labels = [c.label for c in book.chapters]
-    rows = [CANVAS_STUDENT_COLUMNS + labels,
-            [CANVAS_POINTS_ROW] + [""] * (len(CANVAS_STUDENT_COLUMNS) - 1) + [number(c.possible) for c in book.chapters]]
+    blank = [""] * (len(CANVAS_STUDENT_COLUMNS) - 1)
+    rows = [CANVAS_STUDENT_COLUMNS + labels, [CANVAS_POINTS_ROW] + blank + [number(c.possible) for c in book.chapters]]
     for s in book.students:
         rows.append([s.name or s.id, s.lms.get("canvas_id", ""), s.lms.get("sis_user_id", s.id),
                      s.lms.get("sis_login_id", ""), s.section] + _scores(book, s.id))

@@ -29,7 +29,8 @@ def _read_table(path: Path, what: str, required: tuple[str, ...]) -> list[dict[s
     header = [h.strip().lower() for h in next(reader, [])]
     missing = [c for c in required if c not in header]
     if missing:
-        raise CourseError(f"{what} {path}: no column {', '.join(missing)} (it has: {', '.join(header) or 'no header'}); "
+        has = ", ".join(header) or "no header"
+        raise CourseError(f"{what} {path}: no column {', '.join(missing)} (it has: {has}); "
                           f"expected {', '.join(required)}")
     rows = []
     for line, values in enumerate(reader, start=2):
