@@ -331,3 +331,22 @@ def test_the_instructors_page_command_runs_as_written(term, capsys, monkeypatch)
     assert book["carol"]["ch03"] == "4" and book["bob"]["ch03 late days"] == "2"
     assert _read(tmp / "canvas.csv")[1][0] == "Points Possible" and _read(tmp / "gradescope.csv")[0][1] == "Email"
     assert _read(tmp / "moodle.csv")[0][:3] == MOODLE_STUDENT_COLUMNS
+
+
+def test_folders_every_submission_shares_name_nobody(tmp_path, capsys):
+    """Absolute paths: a student whose id is also a folder above the class's files owns none of them."""
+    roster = _write(tmp_path / "roster.csv", [["id", "name", "email"], ["home", "H", "h@x"], ["alice", "A", "a@x"],
+                                              ["bob", "B", "b@x"]])
+    grades = _grades(tmp_path / "g.csv", CH03, {"/home/ta/subs/alice.ipynb": [2, 3], "/home/ta/subs/bob.ipynb": [2, 0],
+                                               "/home/ta/subs/alice/late.ipynb": [0, 0]})
+    code, _, err = call_main(main, ["gradebook", "--roster", str(roster), "--grades", f"ch03={grades}",
+                                    "--out", str(tmp_path / "b.csv")], capsys)
+    assert code == 0, err
+    book = _by_id(tmp_path / "b.csv")
+    assert (book["home"]["ch03"], book["alice"]["ch03"], book["bob"]["ch03"]) == ("0", "5", "2")
+    assert "2 submissions from alice" in err and "no submission from home" in err
+    # every file in one student's folder: that folder is still read
+    grades = _grades(tmp_path / "g.csv", CH03, {"subs/alice/a.ipynb": [2, 0], "subs/alice/b.ipynb": [2, 3]})
+    code, _, err = call_main(main, ["gradebook", "--roster", str(roster), "--grades", f"ch03={grades}",
+                                    "--out", str(tmp_path / "b.csv"), "--force"], capsys)
+    assert code == 0 and _by_id(tmp_path / "b.csv")["alice"]["ch03"] == "5", err

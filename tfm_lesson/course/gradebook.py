@@ -9,8 +9,8 @@ Inputs (CSV files with a header row; UTF-8, a spreadsheet's byte-order mark is f
 * **roster**: ``id`` (required, unique), ``name``, ``email``, ``section``, ``submission`` (how that student's files
   are named, several separated by ``;``; default: the id), and for Canvas ``canvas_id``, ``sis_user_id``,
   ``sis_login_id``. A submission belongs to a student when its file name (without ``.ipynb``) or one of its folders
-  equals one of the student's names, or the file name starts with it followed by ``_``, ``-`` or ``.``
-  (``alice_03_attention.ipynb``, ``alice/03_attention.ipynb``).
+  (below those every submission of the chapter shares) equals one of the student's names, or the file name starts
+  with it followed by ``_``, ``-`` or ``.`` (``alice_03_attention.ipynb``, ``alice/03_attention.ipynb``).
 * **times** (optional): ``chapter, submitted_at`` and either ``student`` (a roster id) or ``submission`` (as in the
   grades CSV). A submission's time is taken from this file, else from the grades CSV's ``submitted_at`` column,
   else (``--times-from-files``) from the modification time of the submission file the grades CSV names.
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from .cells import CourseError
 from .gradebook_read import (Chapter, Override, Student, owners, parse_when, read_grades, read_overrides,
-                             read_roster, read_times)
+                             read_roster, read_times, shared_folders)
 
 __all__ = ["LatePolicy", "Cell", "Gradebook", "build", "Student", "Chapter", "Override", "read_roster",
            "read_grades", "read_times", "read_overrides", "parse_when"]
@@ -97,8 +97,9 @@ class Gradebook:
 def _counted(chapter: Chapter, students: list[Student], problems: list[str]) -> dict[str, str]:
     """Student id -> the submission counted for ``chapter``; files of nobody, or of two students, are reported."""
     mine: dict[str, list[str]] = {}
+    skip = shared_folders(list(chapter.points))
     for sub in chapter.points:
-        found = owners(sub, students)
+        found = owners(sub, students, skip)
         if len(found) == 1:
             mine.setdefault(found[0].id, []).append(sub)
         elif not found:

@@ -62,8 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     policy = LatePolicy(args.late_penalty, args.free_late_days, args.max_late_days)
     grades = [_labelled(g, "--grades") for g in args.grades]
-    due = {label: parse_when(value, f"--due {label}", end_of_day=True)
-           for label, value in (_labelled(d, "--due", need_label=True) for d in args.due)}
+    due = {}
+    for label, value in (_labelled(d, "--due", need_label=True) for d in args.due):
+        if label in due:
+            raise CourseError(f"--due names {label} twice")
+        due[label] = parse_when(value, f"--due {label}", end_of_day=True)
     students = read_roster(args.roster)
     chapters = [read_grades(label, Path(path)) for label, path in grades]
     overrides = read_overrides(args.overrides) if args.overrides else []

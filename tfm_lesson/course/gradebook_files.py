@@ -19,7 +19,9 @@ the gradebook.) From the roster: ``canvas_id`` fills ``ID``, ``sis_user_id`` (el
 defines its roster CSV: a header row, a full name in one column (or first and last names), a unique email for each
 member (the key it matches students by), an optional SID and sections, each column mapped to a Gradescope field on
 upload. The score columns follow Gradescope's own grade download (Assignments > Download Grades): one column per
-assignment named as the assignment, and ``<assignment> - Max Points`` beside it. A student without an email cannot be
+assignment named as the assignment, and ``<assignment> - Max Points`` beside it (the layout that tools reading those
+downloads, such as gradelib, expect). Gradescope's roster guide documents the identity columns, not an upload of
+scores: an instructor should try one student's row first. A student without an email cannot be
 matched there, so writing the file stops, naming them.
 
 **Moodle** (Grades > Import > CSV file). Moodle's importer (``grade/import/csv/classes/load_data.php`` in

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from .cells import CourseError
 
 __all__ = ["Student", "Chapter", "Override", "read_roster", "read_grades", "read_times", "read_overrides",
-           "parse_when", "owners"]
+           "parse_when", "owners", "shared_folders"]
 
 GRADES_COLUMNS = ("submission", "exercise", "points", "max_points")
 
@@ -169,11 +169,28 @@ def read_overrides(path: Path) -> list[Override]:
 
 
 # matching files to students -----------------------------------------------------------------------------------------
-def owners(submission: str, students: list[Student]) -> list[Student]:
-    """The students a submission's path names (see the module's docstring)."""
-    path = PurePosixPath(submission.replace("\\", "/"))
+def _posix(submission: str) -> PurePosixPath:
+    return PurePosixPath(submission.replace("\\", "/"))
+
+
+def shared_folders(submissions: list[str]) -> int:
+    """How many leading folders all of a chapter's submissions share (``/home/me/subs/``): no student's name is
+    looked for there. When every file lies in the same folder, that folder itself is kept (it may be a student's);
+    with one submission, all are kept."""
+    parents = [_posix(s).parent.parts for s in submissions]
+    if len(parents) < 2:
+        return 0
+    n = 0
+    while all(len(p) > n and p[n] == parents[0][n] for p in parents):
+        n += 1
+    return n - 1 if n and all(len(p) == n for p in parents) else n
+
+
+def owners(submission: str, students: list[Student], skip: int = 0) -> list[Student]:
+    """The students a submission's path names (see the module's docstring), its first ``skip`` folders left out."""
+    path = _posix(submission)
     stem = path.name[: -len(".ipynb")] if path.name.endswith(".ipynb") else path.name
-    folders = {p.casefold() for p in path.parent.parts if p not in (".", "..", "/")}
+    folders = {p.casefold() for p in path.parent.parts[skip:] if p not in (".", "..", "/")}
     stem = stem.casefold()
     return [s for s in students
             if any(n == stem or n in folders or (stem.startswith(n) and stem[len(n):][:1] in ("_", "-", "."))
