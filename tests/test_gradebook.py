@@ -350,3 +350,23 @@ def test_folders_every_submission_shares_name_nobody(tmp_path, capsys):
     code, _, err = call_main(main, ["gradebook", "--roster", str(roster), "--grades", f"ch03={grades}",
                                     "--out", str(tmp_path / "b.csv"), "--force"], capsys)
     assert code == 0 and _by_id(tmp_path / "b.csv")["alice"]["ch03"] == "5", err
+
+
+def test_it_reads_what_the_grader_writes(tmp_path, capsys):
+    """The grades CSV from the grader's own writer (grading_report.write_csv), no kernel run."""
+    from tfm_lesson.course.exercises import Exercise
+    from tfm_lesson.course.grading_report import Graded, Result, write_csv
+
+    def exercise(number: int, title: str, points: int) -> Exercise:
+        return Exercise(number=number, title=title, points=points, answer_index=None, solution_index=3 * number,
+                        check_index=3 * number + 1, checker="check_x", arguments="x")
+
+    one, two = exercise(1, "Exercise 1: split the heads", 2), exercise(2, "Exercise 2: merge the heads", 3)
+    write_csv([Graded("submissions/alice.ipynb", [Result(one, True), Result(two, False, "heads merged, in order?")]),
+               Graded("submissions/bob.ipynb", [Result(one, True), Result(two, True)])], tmp_path / "ch03.csv")
+    roster = _write(tmp_path / "roster.csv", [["id", "email"], ["alice", "a@x"], ["bob", "b@x"]])
+    code, _, err = call_main(main, ["gradebook", "--roster", str(roster), "--grades", f"ch03={tmp_path / 'ch03.csv'}",
+                                    "--out", str(tmp_path / "b.csv"), "--canvas", str(tmp_path / "c.csv")], capsys)
+    assert code == 0 and not err, err
+    assert [(r["ch03"], r["possible"]) for r in _by_id(tmp_path / "b.csv").values()] == [("2", "5"), ("5", "5")]
+    assert _read(tmp_path / "c.csv")[1][5] == "5"
