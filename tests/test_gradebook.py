@@ -187,10 +187,11 @@ def test_overrides_that_fit_nothing_are_reported_and_bad_ones_refused(term, caps
         code, _, err = _gradebook(capsys, tmp, roster, g03, g14, "--force", "--overrides",
                                   str(_write(tmp / "o.csv", rows[:1] + [bad])))
         assert code == 2 and words in err, err
-    twice = rows[:1] + [["bob", "ch03", "*", "1", "a"], ["bob", "ch03", "", "2", "b"]]
-    code, _, err = _gradebook(capsys, tmp, roster, g03, g14, "--force", "--overrides",
-                              str(_write(tmp / "o.csv", twice)))
-    assert code == 2 and "a second override of the same score" in err
+    for twice in ([["bob", "ch03", "*", "1", "a"], ["bob", "ch03", "", "2", "b"]],
+                  [["bob", "ch03", "Exercise 2", "1", "a"], ["bob", "ch03", "exercise 2: Merge the heads", "2", "b"]]):
+        code, _, err = _gradebook(capsys, tmp, roster, g03, g14, "--force", "--overrides",
+                                  str(_write(tmp / "o.csv", rows[:1] + twice)))
+        assert code == 2 and "a second override of the same score" in err, err
 
 
 def _numeric(cell: str) -> float:

@@ -14,10 +14,11 @@ Inputs (CSV files with a header row; UTF-8, a spreadsheet's byte-order mark is f
 * **times** (optional): ``chapter, submitted_at`` and either ``student`` (a roster id) or ``submission`` (as in the
   grades CSV). A submission's time is taken from this file, else from the grades CSV's ``submitted_at`` column,
   else (``--times-from-files``) from the modification time of the submission file the grades CSV names.
-* **overrides** (optional, the instructor's, never written by the tool): ``student, chapter, exercise, points,
-  reason``. ``exercise`` is the exercise's title as in the grades CSV or its ``Exercise N`` part, and the points
-  replace what the grader gave it; an empty exercise (or ``*``) sets the chapter's final score, late deduction
-  included. Overrides live beside the grades, so a regrade (a new grades CSV) keeps them.
+* **overrides** (optional, the instructor's, never written by the tool): ``student`` (a roster id), ``chapter``,
+  ``exercise``, ``points``, ``reason``. ``exercise`` is the exercise's title as in the grades CSV or its
+  ``Exercise N`` part, and the points replace what the grader gave it; an empty exercise (or ``*``) sets the
+  chapter's final score, which no late day changes. Overrides live beside the grades, so a regrade (a new grades
+  CSV) keeps them.
 
 Late days: a submission after its chapter's due date is late by the started days since (1 minute late = 1 day).
 The policy: ``free_days`` per student for the whole term, spent in the order of the due dates; each other late day
@@ -131,6 +132,7 @@ def _exercise(chapter: Chapter, name: str) -> str | None:
 def _apply_overrides(book: Gradebook, overrides: list[Override]) -> None:
     chapters = {c.label: c for c in book.chapters}
     ids = {s.id for s in book.students}
+    done: dict[tuple[str, str, str | None], str] = {}
     for o in overrides:
         chapter = chapters.get(o.chapter)
         if o.student not in ids or chapter is None:
@@ -144,6 +146,10 @@ def _apply_overrides(book: Gradebook, overrides: list[Override]) -> None:
             book.problems.append(f"{o.where}: {o.chapter} has no exercise {o.exercise!r} (it has: "
                                  f"{'; '.join(chapter.exercises)}): not applied")
             continue
+        if (o.student, o.chapter, title) in done:
+            raise CourseError(f"{o.where}: a second override of the same score (first at "
+                              f"{done[(o.student, o.chapter, title)]})")
+        done[(o.student, o.chapter, title)] = o.where
         top = chapter.possible if title is None else chapter.exercises[title]
         if not 0 <= o.points <= top:
             raise CourseError(f"{o.where}: points {o.points:g} outside 0..{top:g} ({title or o.chapter})")

@@ -135,6 +135,8 @@ def read_times(path: Path) -> dict[tuple[str, str], datetime]:
         who = ("student:" + row["student"]) if row.get("student") else ("submission:" + row.get("submission", ""))
         if who.endswith(":"):
             raise CourseError(f"{row['_where']}: give a student (roster id) or a submission")
+        if (row["chapter"], who) in times:
+            raise CourseError(f"{row['_where']}: a second time for {who.partition(':')[2]} in {row['chapter']}")
         times[(row["chapter"], who)] = parse_when(row["submitted_at"], row["_where"])
     return times
 
