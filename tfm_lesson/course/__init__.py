@@ -8,6 +8,7 @@ running chapters, student copies, grading.
     python -m tfm_lesson.course setup-cell notebooks/*.ipynb       # the current set-up cell, in .ipynb and .py
     python -m tfm_lesson.course grade CHAPTER SUBMISSION... --csv F # grade a class (tfm_lesson/course/grading.py)
     python -m tfm_lesson.course export CHAPTER --format nbgrader --out DIR   # nbgrader / otter (tfm_lesson/course/export.py)
+    python -m tfm_lesson.course gradebook --roster R --grades ch03=G.csv --out F  # the term (course/gradebook.py)
 
 The parts: ``location`` (where the course lives: the setting, the set-up cell, Colab links and badges), ``chapters``
 (listing, executing, folding, paired scripts), ``student`` (student copies and ``restore``), ``cli`` (the command

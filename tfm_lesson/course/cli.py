@@ -101,10 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     # a class's commands have their own parser (class_main): listed here so that --help names them
     sub.add_parser("grade", help="grade a class's submissions of a chapter (grade --help)", add_help=False)
     sub.add_parser("export", help="a chapter as an nbgrader or Otter assignment (export --help)", add_help=False)
+    sub.add_parser("gradebook", help="a class's gradebook, and Canvas / Gradescope / Moodle files (gradebook --help)",
+                   add_help=False)
     if argv is None:
         argv = sys.argv[1:]
     if argv and argv[0] in ("grade", "export"):  # a class's notebooks: course/grading.py, course/export.py
         return class_main(argv)
+    if argv and argv[0] == "gradebook":  # the term's scores from grades CSVs: course/gradebook*.py
+        from .gradebook_cli import gradebook_main
+
+        return gradebook_main(argv[1:])
     if argv and argv[0] in _MOVED:
         print(f"error: `{argv[0]}` needs the course's checkout and moved out of the package: run "
               f"`python tools/book.py {_MOVED[argv[0]]}` there", file=sys.stderr)
