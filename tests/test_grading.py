@@ -85,6 +85,31 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(6); open({out!r
 """
 
 
+FORGE = """\
+import builtins, importlib, json, sys, types
+import torch
+import tfm_lesson.checks as _checks
+from tfm_lesson.checks import _replay, _replay_state
+_print = builtins.print
+builtins.print = lambda *a, **k: _print(*[str(x).replace('"passed": false', '"passed": true') for x in a], **k)
+torch.allclose = lambda *a, **k: True                       # every comparison made in this process says "equal"
+torch.equal = lambda *a, **k: True
+_fake = types.ModuleType("tfm_lesson.checks")                # checkers that pass everything, served on import
+_fake.__getattr__ = lambda name: (lambda *a, **k: None)
+importlib.import_module = lambda name, package=None: _fake
+class _Finder:
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, loader=None) if name.startswith("tfm_lesson.check") else None
+sys.meta_path.insert(0, _Finder())
+get_ipython().events.register("post_run_cell", lambda result: _print("✔ passed"))
+def _forged_record(checker, answers, kwargs, path):          # a record that says nothing went wrong
+    with open(path, "w") as f:
+        json.dump({"version": 1, "checker": checker.__name__, "start": _replay_state.snapshot_globals(),
+                   "answers": [], "entries": [], "record": "passed"}, f)
+_replay.record = _forged_record
+"""
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One class of five submissions, graded once through the command line (two at a time)."""
@@ -111,6 +136,8 @@ def graded(tmp_path_factory):
     _write(hog, subs / "memory_hog.ipynb")
     snoop = _with(right, 1, SNOOP.format(chapter=CHAPTER, out=tmp) + right["cells"][exercises(chapter)[0].answer_index]["source"])
     _write(snoop, subs / "snoop.ipynb")
+    ex1 = exercises(chapter)[0]
+    _write(_with(blank, 1, FORGE + blank["cells"][ex1.answer_index]["source"]), subs / "forger.ipynb")
     (subs / "notes.ipynb").write_text("these are my notes, not a notebook")
     (subs / "zero.ipynb").write_bytes(b"")
     out = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "grade", str(CHAPTER), str(subs),
@@ -153,6 +180,17 @@ def test_buggy_gets_the_named_mistake_and_tampering_changes_nothing(graded):
     assert "added; ignored" in page and "check_merge_heads = print" in page
     assert "changed; ignored" in page and "print('check skipped')" in page
     assert SPLIT_NO_TRANSPOSE in page
+
+
+def test_a_forging_answer_cell_earns_nothing(graded):
+    """One answer cell that rewrites print, makes torch.allclose and torch.equal say "equal", serves fake checkers
+    through importlib and sys.meta_path, prints a pass after every cell and replaces the recorder with one that
+    writes an empty record: the verdicts are computed in the grader's process, so the empty answers score 0."""
+    table, _, _ = graded
+    for number in (1, 2, 3):
+        row = table[("forger", number)]
+        assert row["passed"] == "False", (number, row["message"])
+    assert "could not replay" in table[("forger", 1)]["message"]
 
 
 def test_endless_loop_dead_kernel_and_deleted_cells_cost_only_their_exercise(graded):

@@ -32,9 +32,9 @@ __all__ = ["Mistake", "passed", "output_of", "close", "expect", "diagnose", "cal
 
 def passed(name: str, detail: str) -> None:
     """The one success line a checker prints (not while the grader replays it: the grade says it)."""
-    from ._replay import replaying
+    from ._replay import passed_line
 
-    if not replaying():
+    if not passed_line(f"✔ {name} passed: {detail}"):
         print(f"✔ {name} passed: {detail}")
 
 

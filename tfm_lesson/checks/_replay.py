@@ -39,7 +39,8 @@ from ._mistake import Mistake
 from ._replay_state import Divergence, Owned, exception_from, exception_to, restore_globals, snapshot_globals
 from ._wire import WireError, decode, digest, encode, importable_name
 
-__all__ = ["Handle", "record", "replay", "learner_side", "recording", "replaying", "Divergence", "TRACE_LIMIT"]
+__all__ = ["Handle", "record", "replay", "learner_side", "recording", "replaying", "passed_line", "Divergence",
+           "TRACE_LIMIT"]
 
 TRACE_LIMIT = 256 * 1024 * 1024  # bytes of trace a checker may leave (its inputs are small; a flood is refused)
 _SPECIAL = ("__call__", "__iter__", "__len__", "__getitem__", "__setitem__", "__contains__", "__enter__", "__exit__",
@@ -313,6 +314,7 @@ class _Replayer(_Session):
     def __init__(self, entries: list) -> None:
         super().__init__()
         self.entries, self.at = entries, 0
+        self.passed: list[str] = []  # the checker's success lines
 
     def next(self, kind: str, number: int, payload: tuple) -> dict:
         if self.at >= len(self.entries):
@@ -353,6 +355,14 @@ def learner_side(fn: Callable) -> Callable:
         return fn(*args, **kwargs) if _session is None else _session.side(fn, args, kwargs)
     run.__name__ = getattr(fn, "__name__", "learner_side")
     return run
+
+
+def passed_line(line: str) -> bool:
+    """While replaying, keep the checker's success line for the grader (True); else False (the checker prints it)."""
+    if isinstance(_session, _Replayer):
+        _session.passed.append(line)
+        return True
+    return False
 
 
 def recording() -> bool:
@@ -409,7 +419,8 @@ def record(checker: Callable, answers: list[Any], kwargs: dict, path: str) -> No
 
 def replay(checker: Callable, trace: Any, kwargs: dict, answers_source: str | None = None,
            answer_names: list[str] | None = None) -> tuple[bool, str]:
-    """In the grader: replay ``checker`` from ``trace`` (read from the kernel's JSON); returns (passed, message).
+    """In the grader: replay ``checker`` from ``trace`` (read from the kernel's JSON); returns (passed, message: the
+    checker's success line, or the mistake it names).
     ``answers_source`` is the learner's code as the grader extracted it and ``answer_names`` the names the check
     call passes, for the source rules."""
     with _lock:
@@ -424,7 +435,7 @@ def replay(checker: Callable, trace: Any, kwargs: dict, answers_source: str | No
                 inspect.unwrap(checker)(*args, **kwargs)  # the checker itself, under any wrapper put in front of it
             if session.at != len(session.entries):
                 raise Divergence(f"the check ended after {session.at} of the {len(session.entries)} recorded steps")
-            return True, ""
+            return True, "\n".join(session.passed)
         except Mistake as exc:
             return False, str(exc)
         except (Divergence, WireError) as exc:

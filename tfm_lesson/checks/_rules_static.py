@@ -75,11 +75,21 @@ class Source:
                 return self.resolve(node.value, depth + 1)
             return None
         if isinstance(expr, ast.Attribute):
+            if self._own_module(expr.value, depth):  # `sys.modules[__name__].fa`: the learner's own name `fa`
+                return self.resolve(ast.Name(id=expr.attr, ctx=ast.Load()), depth + 1)
             base = self.resolve(expr.value, depth + 1)
             return getattr(base, expr.attr, None) if base is not None else None
         if isinstance(expr, ast.Call):  # functools.partial(f, ...), staticmethod(f), a wrapper: its first argument
             return self.resolve(expr.args[0], depth + 1) if expr.args else None
         return None
+
+    def _own_module(self, expr: ast.AST, depth: int) -> bool:
+        """Whether ``expr`` is the learner's own module: ``sys.modules[__name__]`` (or a name bound to it)."""
+        if isinstance(expr, ast.Name) and depth < 8:
+            node = self.bindings.get(expr.id)
+            return isinstance(node, ast.Assign) and self._own_module(node.value, depth + 1)
+        return (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Name) and expr.slice.id == "__name__"
+                and isinstance(expr.value, ast.Attribute) and expr.value.attr == "modules")
 
     def is_learners(self, name: str) -> bool:
         node = self.bindings.get(name)
@@ -116,16 +126,18 @@ class Source:
             for base in node.bases:
                 if isinstance(base, ast.Name) and base.id in self.bindings and depth < 8:
                     yield from self._own(base.id, depth + 1)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            yield name, node  # `answer = lambda ...`, `answer = other` (followed through the names it loads)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and \
+                self.resolve(node.value) is None:
+            yield name, node  # `answer = lambda ...`, `answer = other` (followed through the names it loads); a
+            # binding to the package's own object is no code of the learner's (forbid_objects names it)
 
     def bases(self, name: str, depth: int = 0) -> Iterator[Any]:
         """The package or torch classes the learner's class ``name`` derives from (through its own classes too)."""
         node = self.bindings.get(name)
         if not isinstance(node, ast.ClassDef) or depth > 8:
             resolved = self.resolve(ast.Name(id=name, ctx=ast.Load()))
-            if isinstance(resolved, type):
-                yield resolved
+            if isinstance(resolved, type):  # the answer is that class: what it derives from (as its MRO[1:])
+                yield from (resolved.__mro__[1:] if depth == 0 else resolved.__mro__)
             return
         for base in node.bases:
             if isinstance(base, ast.Name) and base.id in self.bindings:
