@@ -152,7 +152,7 @@ def test_patch_mistakes_named(bug, match):
         check_patch_position(bug)
 
 
-# off by one, as a learner writes it from the chapter's "t = n+1, ..., 2n" ----------------------------------------------
+# off by one, as a learner writes it from the chapter's "t = n+1, ..., 2n" --------------------------------------------
 def loop_score(a, seg_len, first, stop, key_shift, divide_by=None):
     """A learner's loop over the queries t in range(first, stop), key t + key_shift, summed then divided."""
     total = 0

@@ -106,7 +106,8 @@ def _flops_mistakes(c: GPTConfig, n: int) -> dict[str, float]:
             right - attention + attention // c.num_layers,
         "you averaged the keys a causal query sees, (seq_len + 1) / 2: this exercise counts attention's products "
         "over the whole seq_len x seq_len square, seq_len keys for every query (the masked half included, as PaLM "
-        "counts), 4 x num_layers x seq_len x d_model forward": right - attention + 6 * c.num_layers * (n + 1) * c.d_model,
+        "counts), 4 x num_layers x seq_len x d_model forward":
+            right - attention + 6 * c.num_layers * (n + 1) * c.d_model,
         "the attention term counts one head: each head's products run over d_k = d_model / heads features, and the "
         "heads together over d_model, so 4 x num_layers x seq_len x d_model forward":
             right - attention + attention // c.heads,

@@ -216,7 +216,8 @@ def _name_the_window(what: str, got: Tensor, a: Tensor, seg_len: int) -> None:
 def _describe(seg_len: int, first: int, stop: int, shift: int, count: int) -> str:
     parts = []
     if (first, stop) != (seg_len + 1, 2 * seg_len + 1):
-        parts.append(f"your queries run t = seg_len{_plus(first - seg_len)} .. 2 seg_len{_plus(stop - 1 - 2 * seg_len)} "
+        last = _plus(stop - 1 - 2 * seg_len)
+        parts.append(f"your queries run t = seg_len{_plus(first - seg_len)} .. 2 seg_len{last} "
                      f"(here {first} .. {stop - 1}); the repeated half is t = seg_len + 1 .. 2 seg_len, both ends "
                      "included: torch.arange(seg_len + 1, 2 * seg_len + 1), since position 0 holds <s> and range "
                      "stops one before its end")
