@@ -223,6 +223,32 @@ RECOMPUTED = ("the memory's keys and values are projected again at every step: c
               "decoding)")
 
 
+CROSS_SLIPS = {
+    "keys": "the keys were never projected with mha.w_k: compute them from the memory, mha.w_k(memory), on the "
+            "first step and keep them in the store",
+    "swap_kv": "keys and values are swapped: the scores use mha.w_v(memory) and the weighted sum mha.w_k(memory); K "
+               "comes from w_k, V from w_v (check which one you store under which name)",
+    "no_wq": "the query is not projected: the new positions' queries are mha.w_q(x_new), split into heads, before "
+             "they meet the stored keys",
+    "no_wo": "the output projection is missing: after merging the heads, return mha.w_o(merged), as the module does",
+    "no_scale": "the scores are not divided by sqrt(d_k): softmax(Q K^T / sqrt(d_k)) V, d_k = mha.d_k (F.scaled_dot_"
+                "product_attention does it for you)",
+}
+
+
+def _cross(mha, x: Tensor, memory: Tensor, bug: str = "") -> Tensor:
+    """Cross-attention of ``x`` over ``memory`` through ``mha``'s layers, or with one slip (``bug``)."""
+    def heads(t: Tensor) -> Tensor:  # (batch, len, d_model) -> (batch, heads, len, d_k)
+        return t.view(t.size(0), t.size(1), mha.heads, mha.d_k).transpose(1, 2)
+
+    q = heads(x if bug == "no_wq" else mha.w_q(x))
+    k, v = heads(memory if bug == "keys" else mha.w_k(memory)), heads(mha.w_v(memory))
+    k, v = (v, k) if bug == "swap_kv" else (k, v)
+    scores = q @ k.transpose(-2, -1) / (1.0 if bug == "no_scale" else math.sqrt(mha.d_k))
+    out = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(x.shape)  # (batch, new_len, d_model)
+    return out if bug == "no_wo" else mha.w_o(out)
+
+
 def check_cross_attention_step(fn: Callable) -> None:
     """``fn(mha, x_new, memory, store)`` -> cross-attention output ``(batch, new_len, d_model)`` for the new target
     positions; the memory's keys and values are computed on the first call and kept in ``store`` (a dict)."""
@@ -248,11 +274,13 @@ def check_cross_attention_step(fn: Callable) -> None:
             got = torch.cat(got, dim=1)
             expect(got.shape == want.shape, f"the outputs have shape {tuple(got.shape)} together, expected "
                                             f"{tuple(want.shape)} (batch, new_len, d_model) per step")
-            expect(close(got, want), "the output differs from cross-attention over the memory, "
-                                     "mha(x_new, memory, memory)[0]")
+            if not close(got, want):
+                with torch.no_grad():
+                    suspects = {hint: _cross(mha, x, memory, bug) for bug, hint in CROSS_SLIPS.items()}
+                diagnose(got, want, suspects, "the output differs from cross-attention over the memory, "
+                                              "mha(x_new, memory, memory)[0]")
             expect(calls.count("k") <= 1 and calls.count("v") <= 1, RECOMPUTED)
-            expect(calls.count("k") == 1, "the keys were never projected with mha.w_k: compute them from the memory "
-                                          "on the first step")
+            expect(calls.count("k") == 1, CROSS_SLIPS["keys"])
     finally:
         for h in hooks:
             h.remove()
