@@ -481,6 +481,18 @@ def test_a_configuration_changed_in_place_is_named(checker):
         getattr(checks, checker)(CONFIG_CHANGED[checker])
 
 
+def test_a_positional_module_that_changes_x_in_place_is_named():
+    """Chapter 04's exercise 1 hands a module x; exercise 2's table function gets only numbers (nothing to spoil)."""
+    import test_checks_positional as positional
+
+    class AddsInPlace(positional.LearnerPE):
+        def forward(self, x):
+            return x.add_(self.pe[: x.size(1)].to(x.dtype))
+
+    with pytest.raises(Mistake, match="changed `x` in place"):
+        checks.check_positional_encoding(AddsInPlace)
+
+
 # chapter 15, exercise 4: cross-attention keys once --------------------------------------------------------------------
 def _heads(mha, t):
     return t.view(t.size(0), t.size(1), mha.heads, mha.d_k).transpose(1, 2)  # (batch, heads, len, d_k)
