@@ -435,7 +435,7 @@ def test_every_exercise_refuses_an_answer_that_changes_its_input(where, checker)
     receives only numbers, or objects it is asked to change, are listed there, and configurations are changed below."""
     assert checker in pristine.ANSWERS
     if checker in pristine.NOTHING_TO_SPOIL:
-        assert checker in CONFIG_CHANGED or checker in ONLY_NUMBERS_OR_MODULES, where
+        assert checker in CONFIG_CHANGED or checker in SOURCE_CHANGED or checker in ONLY_NUMBERS_OR_MODULES, where
 
 
 @pytest.mark.parametrize("where, checker", [(w, c) for w, c, t in EXERCISES if FORBIDDING.search(t)])
@@ -448,7 +448,10 @@ def test_every_exercise_that_forbids_a_ready_made_answer_refuses_it(where, check
 #: checkers whose answers receive only numbers (nothing to change), or the modules the exercise asks them to change
 ONLY_NUMBERS_OR_MODULES = {"check_cache_memory", "check_layer_budget", "check_arithmetic_intensity",
                            "check_tie_weights", "check_llama_hidden", "check_positional_encoding",
-                           "check_offset_rotation", "check_noam_rate", "check_causal_mask", "check_load_encoder_layer"}
+                           "check_offset_rotation", "check_noam_rate", "check_causal_mask"}
+
+#: checkers whose learner's code receives a module to copy from: changing it is named (tested here)
+SOURCE_CHANGED = {"check_load_encoder_layer"}
 
 CONFIG_CHANGED = {
     "check_params": lambda config: cost.parameter_count(dataclasses.replace(config)) + _spoil(config),
@@ -491,6 +494,15 @@ def test_a_positional_module_that_changes_x_in_place_is_named():
 
     with pytest.raises(Mistake, match="changed `x` in place"):
         checks.check_positional_encoding(AddsInPlace)
+
+
+def test_loading_weights_the_wrong_way_round_is_named():
+    """Chapter 07's exercise 3 writes into `ours`; `theirs`, the source, must stay as it was."""
+    def load_backwards(ours, theirs):
+        with torch.no_grad():
+            theirs.linear1.weight.copy_(ours.feed_forward.w_1.weight)  # copy_ writes into the tensor it is called on
+    with pytest.raises(Mistake, match=r"changed `theirs` in place \(its `linear1.weight`\): the weights go FROM"):
+        checks.check_load_encoder_layer(load_backwards)
 
 
 # chapter 15, exercise 4: cross-attention keys once --------------------------------------------------------------------
