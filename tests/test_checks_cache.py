@@ -140,6 +140,14 @@ def test_forward_whole_sequence_is_not_fed():
         check_forward_with_cache(whole)
 
 
+@pytest.mark.parametrize("fn", [lambda model, idx, caches: model(idx, caches),
+                                lambda model, idx, caches: model.forward(idx, cache=caches)])
+def test_forward_with_cache_by_the_models_own_forward_is_refused(fn):
+    """The exercise says "without calling model(...)": the GPT's own cached forward pass is refused by name."""
+    with pytest.raises(Mistake, match=r"WRITE IT YOURSELF: your function calls model\(\.\.\.\)"):
+        check_forward_with_cache(fn)
+
+
 # cross-attention keys once ------------------------------------------------------------------------------------------
 def cross_step(mha, x, memory, store, *, once=True):
     if not once or "k" not in store:

@@ -72,6 +72,28 @@ def test_flops_slips(fn, hint):
     _raises(check_flops_per_token, fn, hint)
 
 
+def flops_written_with(c, n, *, attention_layers=True, keys=None, attention_width=None):
+    """The chapter's formula as a learner writes it, with the attention term's count of layers, keys per query and
+    features changeable."""
+    d, f, layers = c.d_model, c.d_ff, c.num_layers
+    n_matmul = layers * (4 * d * d + 2 * d * f) + c.vocab_size * d
+    keys = n if keys is None else keys
+    width = d if attention_width is None else attention_width
+    attention = 4 * (layers if attention_layers else 1) * keys * width
+    return 3 * (2 * n_matmul + attention)
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda c, n: flops_written_with(c, n, attention_layers=False), "not multiplied by num_layers"),
+    (lambda c, n: flops_written_with(c, n, keys=(n + 1) / 2), "you averaged the keys a causal query sees"),
+    (lambda c, n: flops_written_with(c, n, attention_width=c.d_model // c.heads), "the attention term counts one head"),
+])
+def test_flops_attention_term_slips_named(fn, hint):
+    with pytest.raises(Mistake, match=hint) as info:
+        check_flops_per_token(fn)
+    assert "expected" not in str(info.value)  # not the generic "gave ..., expected ..."
+
+
 @pytest.mark.parametrize("fn, hint", [
     (lambda c, b, n: 8 * cost.parameter_count(c) + cost.activation_bytes(c, b, n), "Adam's state is missing"),
     (lambda c, b, n: 12 * cost.parameter_count(c) + cost.activation_bytes(c, b, n), "TWO"),

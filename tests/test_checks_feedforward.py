@@ -144,12 +144,18 @@ def gelu(x):
 
 def test_gelu_passes(capsys):
     check_gelu(gelu)
-    check_gelu(F.gelu)
-    assert capsys.readouterr().out.count("✔ check_gelu passed") == 2
+    assert capsys.readouterr().out.count("✔ check_gelu passed") == 1
+
+
+@pytest.mark.parametrize("fn", [F.gelu, nn.GELU(), lambda x: F.gelu(x), lambda x: torch.nn.functional.gelu(x)])
+def test_gelu_by_pytorch_is_refused(fn):
+    """The exercise says "without calling F.gelu": PyTorch's GELU, called or handed over, is refused by name."""
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF: your gelu .*without calling F.gelu"):
+        check_gelu(fn)
 
 
 @pytest.mark.parametrize("fn, hint", [
-    (lambda x: F.gelu(x, approximate="tanh"), "tanh approximation"),
+    (lambda x: F.gelu(x, approximate="tanh"), "WRITE IT YOURSELF"),
     (lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))), "tanh approximation"),
     (lambda x: x * torch.sigmoid(1.702 * x), "sigmoid approximation"),
     (lambda x: x * 0.5 * (1 + torch.erf(x)), "erf(x / sqrt(2)), not erf(x)"),

@@ -2,6 +2,7 @@
 with its own hint."""
 from __future__ import annotations
 
+import functools
 import math
 import sys
 
@@ -274,3 +275,78 @@ def test_backward_the_packages_is_refused():
 
     with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
         check_flash_backward(lambda q, k, v, o, l, g, b, c=False, m=None: _backward(g, q, k, v, o, l, m, c, b))
+
+
+def backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None, *, slip=""):
+    """The chapter's backward written from its formulas, tile by tile, with one slip a learner makes (``slip``)."""
+    d_k, q_len, k_len = q.size(-1), q.size(2), k.size(2)
+    grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
+    grad_v = torch.zeros_like(q if slip == "grad_v like q" else v)
+    D = grad_out.sum(-1) if slip == "D = rowsum(dO)" else (grad_out * out).sum(-1)
+    sees_none = lse == float("-inf")
+    L = torch.where(sees_none, 0.0, lse)
+    for q0 in range(0, q_len, block_size):
+        q1 = min(q0 + block_size, q_len)
+        for k0 in range(0, k_len, block_size):
+            k1 = min(k0 + block_size, k_len)
+            S = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
+            if causal and slip != "no causal in the recompute":
+                S = S.masked_fill(torch.arange(k0, k1) > torch.arange(q0, q1)[:, None], float("-inf"))
+            if mask is not None and slip != "no mask in the recompute":
+                S = S.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
+            P = torch.exp(S - L[:, :, q0:q1, None]).masked_fill(sees_none[:, :, q0:q1, None], 0.0)
+            dO = grad_out[:, :, q0:q1]
+            if slip == "dV = P dO":
+                grad_v[:, :, k0:k1] += P @ dO  # P not transposed
+            else:
+                grad_v[:, :, k0:k1] += P.transpose(-2, -1) @ dO
+            dS = P * (dO @ v[:, :, k0:k1].transpose(-2, -1) - D[:, :, q0:q1, None])
+            grad_q[:, :, q0:q1] += dS @ k[:, :, k0:k1] / math.sqrt(d_k)
+            if slip == "no 1/sqrt(d_k) in dK":
+                grad_k[:, :, k0:k1] += dS.transpose(-2, -1) @ q[:, :, q0:q1]
+            else:
+                grad_k[:, :, k0:k1] += dS.transpose(-2, -1) @ q[:, :, q0:q1] / math.sqrt(d_k)
+    return grad_q, grad_k, grad_v
+
+
+@pytest.mark.parametrize("slip, hint", [
+    ("no 1/sqrt(d_k) in dK", "dQ is right but dK is sqrt\\(d_k\\) times too large"),
+    ("D = rowsum(dO)", "you took D = rowsum\\(dO\\), the row sums of grad_out alone"),
+    ("no mask in the recompute", "your recomputed P ignores `mask`"),
+    ("no causal in the recompute", "your recomputed P ignores the causal rule"),
+    ("dV = P dO", "the shapes of a tile product do not fit \\(in `grad_v`\\): dV's tile is \\(block_k, d\\)"),
+])
+def test_backward_slips_written_from_the_formulas_named(slip, hint):
+    with pytest.raises(Mistake, match=hint) as info:
+        check_flash_backward(functools.partial(backward_with_slip, slip=slip))
+    assert "differs from autograd" not in str(info.value)
+
+
+def test_backward_without_slip_passes(capsys):
+    check_flash_backward(functools.partial(backward_with_slip, slip=""))
+    assert "✔ check_flash_backward passed" in capsys.readouterr().out
+
+
+def test_backward_a_wrong_product_in_an_unnamed_variable_lists_every_tile_shape():
+    def backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+        grads = list(backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal, mask))
+        p = torch.ones(q.size(2), k.size(2) - 1)
+        return grads[0], grads[1], grads[2] + (p @ grad_out[0, 0])[:1]  # (q_len, k_len - 1) @ (q_len, d): no fit
+    with pytest.raises(Mistake, match="the shapes of a tile product do not fit: dV's tile .*; dK's tile .*; dQ's"):
+        check_flash_backward(backward)
+
+
+def test_backward_grad_v_allocated_like_q_named():
+    """zeros_like(q) for grad_v: with fewer queries than keys the last key tile does not fit (a RuntimeError)."""
+    def backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+        return backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal, mask, slip="grad_v like q")
+    with pytest.raises(Mistake, match="in `grad_v`.*grad_v itself is shaped like v"):
+        check_flash_backward(backward)
+
+
+def test_backward_returning_dv_transposed_named():
+    def backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+        dq, dk, dv = backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal, mask)
+        return dq, dk, dv.transpose(-2, -1)  # dV^T = dO^T P, kept as (d, k_len)
+    with pytest.raises(Mistake, match="grad_v has shape .*: dV's tile is \\(block_k, d\\), one row per key"):
+        check_flash_backward(backward)

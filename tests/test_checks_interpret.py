@@ -94,7 +94,7 @@ def copy_itself(a, seg_len):
 @pytest.mark.parametrize("bug, match", [
     (first_half, "measured the FIRST half"), (whole_diagonal, "queries of the FIRST half"),
     (copy_itself, "duplicate-token head"), (lambda a, L: a[..., L + 1:, :].diagonal(dim1=-2, dim2=-1).mean(-1),
-                                            "differs from the mean"),
+                                            "your key is t - seg_len - 1"),  # the sub-map's diagonal: t - (L + 1)
     (lambda a, n: a[..., torch.arange(n + 1, 2 * n), torch.arange(n + 1, 2 * n) - n + 1].mean(-1),
      "the last query of the repeat is missing"),
     (lambda a, n: a[..., torch.arange(n, 2 * n), torch.arange(n, 2 * n) - n + 1].mean(-1), "off by one: position 0"),
@@ -150,3 +150,78 @@ def test_patch_correct_passes(capsys):
 def test_patch_mistakes_named(bug, match):
     with pytest.raises(Mistake, match=match):
         check_patch_position(bug)
+
+
+# off by one, as a learner writes it from the chapter's "t = n+1, ..., 2n" --------------------------------------------
+def loop_score(a, seg_len, first, stop, key_shift, divide_by=None):
+    """A learner's loop over the queries t in range(first, stop), key t + key_shift, summed then divided."""
+    total = 0
+    for t in range(first, stop):
+        total = total + a[..., t, t + key_shift]
+    return total / (divide_by if divide_by is not None else stop - first)
+
+
+@pytest.mark.parametrize("bug, match", [
+    (lambda a, n: loop_score(a, n, n + 1, 2 * n, 1 - n), "the last query of the repeat is missing"),
+    (lambda a, n: loop_score(a, n, n + 2, 2 * n + 1, 1 - n),
+     r"your queries run t = seg_len \+ 2 \.\. 2 seg_len .*both ends included"),
+    (lambda a, n: loop_score(a, n, n + 1, 2 * n + 1, -n + 2), r"your key is t - seg_len \+ 2, the induction key"),
+    (lambda a, n: loop_score(a, n, n + 1, 2 * n + 1, -n - 1), r"your key is t - seg_len - 1, the induction key"),
+    (lambda a, n: loop_score(a, n, n + 1, 2 * n, 1 - n, divide_by=n), r"queries run t = seg_len \+ 1 \.\. 2 seg_len - 1"
+                                                                      r" \(here 5 \.\. 7\); the repeated half"),
+    (lambda a, n: loop_score(a, n, n + 1, 2 * n + 1, 1 - n, divide_by=n + 1), "you divided the sum of 4 weights by 5"),
+    (lambda a, n: loop_score(a, n, n + 1, 2 * n + 2, 1 - n), "an index past the end: the map has 1 \\+ 2 seg_len"),
+])
+def test_induction_score_off_by_one_named(bug, match):
+    with pytest.raises(Mistake, match=match) as info:
+        check_induction_score(bug)
+    assert "largest difference" not in str(info.value)
+
+
+def test_induction_score_loop_right_passes(capsys):
+    check_induction_score(lambda a, n: loop_score(a, n, n + 1, 2 * n + 1, 1 - n))
+    assert "passed" in capsys.readouterr().out
+
+
+# AER of empty alignments --------------------------------------------------------------------------------------------
+def aer_guarded(zero_zero):
+    """The chapter's formula with a guard for an empty sentence returning ``zero_zero``."""
+    def aer(a, s, p=None):
+        if not a and not s:
+            return zero_zero
+        return aer_sets(a, s, p)
+    return aer
+
+
+def aer_raises_value_error(a, s, p=None):
+    if not a and not s:
+        raise ValueError("AER is undefined with no predicted and no sure link")
+    return aer_sets(a, s, p)
+
+
+@pytest.mark.parametrize("fn", [aer_sets, aer_guarded(float("nan")), aer_raises_value_error, alignment_error_rate])
+def test_aer_of_nothing_against_nothing_undefined_passes(fn, capsys):
+    """0/0 is undefined: the division raising, a ValueError and nan are all right; the chapter's solution raises."""
+    check_alignment_error_rate(fn)
+    assert "passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_aer_of_nothing_against_nothing_as_a_number_named(value):
+    with pytest.raises(Mistake, match=r"aer\(set\(\), set\(\), None\) = .*AER is 0/0: undefined"):
+        check_alignment_error_rate(aer_guarded(value))
+
+
+def test_aer_of_no_prediction_is_one():
+    def empty_is_perfect(a, s, p=None):
+        return 0.0 if not a else aer_sets(a, s, p)
+    with pytest.raises(Mistake, match="with no predicted link .* AER = 1 - 0 / \\|S\\| = 1"):
+        check_alignment_error_rate(empty_is_perfect)
+
+    def from_precision_and_recall(a, s, p=None):  # right on every non-empty A, but divides by |A|
+        a, s = set(a), set(s)
+        p = s if p is None else set(p)
+        precision, recall = len(a & p) / len(a), len(a & s) / len(s)
+        return 1 - (precision * len(a) + recall * len(s)) / (len(a) + len(s))
+    with pytest.raises(Mistake, match="raised ZeroDivisionError: with no predicted link AER is still defined"):
+        check_alignment_error_rate(from_precision_and_recall)

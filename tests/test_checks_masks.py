@@ -33,7 +33,7 @@ def test_padding_reference_passes(fn, capsys: pytest.CaptureFixture) -> None:
     (lambda t, p: (t != p)[:, None, None, :].float(), "return booleans"),
     (lambda t, p: torch.zeros(t.shape).masked_fill(t == p, float("-inf"))[:, None, None, :], "additive mask"),
     (lambda t, p: (t != p).tolist(), "expected a boolean torch.Tensor"),
-    (lambda t, p: (t > p)[:, None, None, :], "differs from (tokens != pad_id)"),
+    (lambda t, p: (t > p)[:, None, None, :], "your mask is tokens > pad_id"),
 ])
 def test_padding_mistakes(fn, hint: str) -> None:
     _raises(check_padding_mask, fn, hint)
@@ -64,7 +64,9 @@ def test_causal_reference_passes(fn, capsys: pytest.CaptureFixture) -> None:
     (lambda n: torch.zeros(n, n).masked_fill(~_ones(n).tril(), float("-inf")), "additive mask"),
     (lambda n: _ones(n).tril()[None].expand(2, n, n), "expected (size, size)"),
     (lambda n: _ones(n + 1).tril(), "expected (size, size)"),
-    (lambda n: _ones(n).tril(-2), "differs from the lower triangle"),
+    (lambda n: _ones(n).tril(-2), "your causal mask is tril(-2)"),
+    (lambda n: _ones(n).tril(2), "your causal mask is tril(2): query i sees keys up to i + 2, into the future"),
+    (lambda n: _ones(n).tril() ^ torch.eye(n, dtype=torch.bool).roll(1, 0), "differs from the lower triangle"),
 ])
 def test_causal_mistakes(fn, hint: str) -> None:
     _raises(check_causal_mask, fn, hint)

@@ -85,11 +85,34 @@ class RandomInit(Norm):
 
 
 def test_reference_passes(capsys):
-    check_layer_norm(tfm_lesson.LayerNorm)
-    check_layer_norm(lambda d, eps=1e-5: tfm_lesson.LayerNorm(d, eps=eps, explicit=True))
-    check_layer_norm(nn.LayerNorm)
     check_layer_norm(Norm)
-    assert capsys.readouterr().out.count("✔ check_layer_norm passed") == 4
+    assert capsys.readouterr().out.count("✔ check_layer_norm passed") == 1
+
+
+class DerivedFromTorch(nn.LayerNorm):
+    pass
+
+
+class CallsFunctional(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight, self.bias = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+@pytest.mark.parametrize("cls, used", [
+    (tfm_lesson.LayerNorm, "derives from) tfm_lesson.norm.LayerNorm"), (nn.LayerNorm, "torch.nn.modules"),
+    (lambda d, eps=1e-5: tfm_lesson.LayerNorm(d, eps=eps, explicit=True), "uses `LayerNorm`"),
+    (DerivedFromTorch, "derives from) torch.nn.modules"), (CallsFunctional, "uses `layer_norm`"),
+])
+def test_layer_norm_by_pytorch_or_the_package_is_refused(cls, used):
+    """Chapter 05: "Do not call F.layer_norm or nn.LayerNorm" (nor the package's LayerNorm)."""
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF") as info:
+        check_layer_norm(cls)
+    assert used in str(info.value)
 
 
 @pytest.mark.parametrize("cls, hint", [
@@ -172,8 +195,10 @@ def test_wrapper_mistakes(checker, fn, hint):
 def test_layer_norm_accepts_a_partial(capsys):
     import functools
 
-    check_layer_norm(functools.partial(tfm_lesson.LayerNorm, explicit=True))
+    check_layer_norm(functools.partial(Norm))
     assert "✔ check_layer_norm passed" in capsys.readouterr().out
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
+        check_layer_norm(functools.partial(tfm_lesson.LayerNorm, explicit=True))
 
 
 # --- SublayerConnection(d_model, norm_first, dropout) and stacks of blocks ------------------------------------------

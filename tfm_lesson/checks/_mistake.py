@@ -32,6 +32,15 @@ def _is_learners(filename: str) -> bool:
     return "site-packages" not in path and "dist-packages" not in path
 
 
+def learner_lines(exc: BaseException) -> list[str]:
+    """The source lines of the learner's own frames where ``exc`` was raised, outermost first (for an exception the
+    grader rebuilt from a submission's record, the lines the kernel read)."""
+    kept = getattr(exc, "_tfm_learner_lines", None)
+    if isinstance(kept, list):
+        return [str(line) for line in kept]
+    return [f.line or "" for f in traceback.extract_tb(exc.__traceback__) if _is_learners(f.filename)]
+
+
 def _learner_frames(exc: BaseException) -> list[traceback.FrameSummary]:
     """The frames of the learner's own code, outermost first: the cell that called the checker, then (through the
     exceptions the checker caught) the learner's function where it failed."""

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
+from ._mistake import learner_lines
 from ._wire import WireError, _import, digest, encode, importable_name
 
 __all__ = ["Divergence", "Owned", "exception_to", "exception_from", "snapshot_globals", "restore_globals"]
@@ -206,7 +207,7 @@ def exception_to(exc: BaseException | None, depth: int = 0) -> dict | None:
         args = encode(list(exc.args), _no_handle)
     except (WireError, Exception):
         args = encode([str(exc)], _no_handle)
-    return {"cls": importable_name(cls), "name": type(exc).__name__, "args": args,
+    return {"cls": importable_name(cls), "name": type(exc).__name__, "args": args, "lines": learner_lines(exc)[-5:],
             "cause": exception_to(exc.__cause__ or exc.__context__, depth + 1)}
 
 
@@ -228,6 +229,9 @@ def exception_from(data: Any, depth: int = 0) -> BaseException:
     exc = cls.__new__(cls)
     args = decode(data.get("args"), _no_handle)
     exc.args = tuple(args) if isinstance(args, list) else (str(args),)
+    lines = data.get("lines")
+    if isinstance(lines, list):
+        exc._tfm_learner_lines = [str(line)[:500] for line in lines[-5:]]
     if data.get("cause") is not None:
         exc.__cause__ = exception_from(data["cause"], depth + 1)
     return exc

@@ -86,7 +86,7 @@ def check_params(fn: Callable[[GPTConfig], int]) -> None:
     passed("check_params", f"{len(_CONFIGS)} configs (biases or none, tied or untied) counted exactly")
 
 
-def _flops_mistakes(c: GPTConfig, n: int) -> dict[str, int]:
+def _flops_mistakes(c: GPTConfig, n: int) -> dict[str, float]:
     right = flops_per_token(c, n)
     attention = 3 * 4 * c.num_layers * n * c.d_model
     return {
@@ -101,6 +101,16 @@ def _flops_mistakes(c: GPTConfig, n: int) -> dict[str, int]:
         "you counted 6 x all parameters: the embedding look-up and the learned positions are not products (and "
         "norms, biases are not counted), but the generator's product is": 6 * parameter_count(c) + attention,
         "you counted a multiply-add as one FLOP: it is two (one multiply, one add)": right // 2,
+        "the attention term is not multiplied by num_layers: every block runs its own Q K^T and weighted sum, "
+        "4 x num_layers x seq_len x d_model FLOPs forward (like the blocks' weights, counted once per layer)":
+            right - attention + attention // c.num_layers,
+        "you averaged the keys a causal query sees, (seq_len + 1) / 2: this exercise counts attention's products "
+        "over the whole seq_len x seq_len square, seq_len keys for every query (the masked half included, as PaLM "
+        "counts), 4 x num_layers x seq_len x d_model forward":
+            right - attention + 6 * c.num_layers * (n + 1) * c.d_model,
+        "the attention term counts one head: each head's products run over d_k = d_model / heads features, and the "
+        "heads together over d_model, so 4 x num_layers x seq_len x d_model forward":
+            right - attention + attention // c.heads,
     }
 
 

@@ -2,13 +2,16 @@
 
 - ``check_flash_backward(fn)``: ``fn(q, k, v, out, lse, grad_out, block_size, causal, mask) -> (grad_q, grad_k,
   grad_v)``, from the saved output ``out`` and log-sum-exp ``lse`` (``-inf`` for a query that sees no key), tile by
-  tile, compared in float64 with autograd through the explicit attention. Named: a missing D = rowsum(dO * O), a
-  forgotten 1/sqrt(d_k), NaN for queries that see nothing, a stored (q_len, k_len) probability matrix (peak memory
-  measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`); the package's own backward (or autograd) is refused.
+  tile, compared in float64 with autograd through the explicit attention. Named: a missing D = rowsum(dO * O) or
+  D = rowsum(dO), a forgotten 1/sqrt(d_k) (in both dQ and dK, or in one), a recompute without the mask or the causal
+  rule, tiles whose shapes do not fit (dV = P dO for P^T dO), NaN for queries that see nothing, a stored (q_len,
+  k_len) probability matrix (peak memory measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`); the
+  package's own backward (or autograd) is refused.
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable
 
 import torch
@@ -17,6 +20,7 @@ from torch import Tensor
 from ..look.memory import peak_tensor_bytes
 from ._flash_slips import causal_rule, same_numbers
 from ._harness import Mistake, call, close, expect, learner_side, passed
+from ._mistake import learner_lines
 from ._rules import forbid_names, forbid_objects
 
 __all__ = ["check_flash_backward"]
@@ -27,6 +31,16 @@ NO_D = ("dV is right but dQ and dK are not: the softmax's backward subtracts D =
         "query computed from the saved output, before multiplying by P: dS = P * (dP - D[..., None])")
 NO_SCALE = ("dQ and dK are sqrt(d_k) times too large: the scores are S = Q K^T / sqrt(d_k), so the chain rule brings "
             "the same factor back, dQ += dS K / sqrt(d_k) and dK += dS^T Q / sqrt(d_k)")
+NO_SCALE_DK = ("dQ is right but dK is sqrt(d_k) times too large: dK += dS^T Q / sqrt(d_k) needs the same 1/sqrt(d_k) "
+               "as dQ (S = Q K^T / sqrt(d_k) is scaled for both)")
+NO_SCALE_DQ = ("dK is right but dQ is sqrt(d_k) times too large: dQ += dS K / sqrt(d_k) needs the same 1/sqrt(d_k) "
+               "as dK (S = Q K^T / sqrt(d_k) is scaled for both)")
+D_NO_O = ("dV is right but dQ and dK are not: you took D = rowsum(dO), the row sums of grad_out alone; D is "
+          "rowsum(dO * O), the elementwise product with the saved output summed over d, (grad_out * out).sum(-1)")
+NO_MASK = ("your recomputed P ignores `mask`: P = exp(S - lse) must be 0 where the forward pass hid a key, so fill S "
+           "with -inf at ~mask[..., q0:q1, k0:k1] in every tile before the exp, as the forward pass did")
+NO_CAUSAL = ("your recomputed P ignores the causal rule: with causal=True, fill S with -inf where the key comes after "
+             "the query (positions in the whole sequence) in every tile before the exp, as the forward pass did")
 NAN = ("your gradients contain NaN for a query that sees no key: its lse is -inf, and exp(S - lse) = "
        "exp(-inf - (-inf)) is NaN. Replace a -inf lse by 0 in the exponent (torch.where(lse == -inf, 0, lse)) and "
        "give such a query P = 0: it received nothing, so it sends no gradient (the forward pass's rule, backwards)")
@@ -49,15 +63,18 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, mask: Tensor | Non
 
 
 def _by_hand(q, k, v, out, lse, grad_out, causal, mask, bug: str) -> tuple[Tensor, Tensor, Tensor]:
-    """The backward pass written out explicitly, with one slip (``bug``): "no_D" or "no_scale"."""
-    scale = 1.0 if bug == "no_scale" else 1.0 / math.sqrt(q.size(-1))
-    allowed = _allowed(q.size(2), k.size(2), causal, mask)
+    """The backward pass written out explicitly, with one slip (``bug``): "no_D", "D_no_O", "no_scale",
+    "no_scale_dk", "no_scale_dq", "no_mask" or "no_causal"."""
+    scale = 1.0 / math.sqrt(q.size(-1))
+    scale_q = 1.0 if bug in ("no_scale", "no_scale_dq") else scale
+    scale_k = 1.0 if bug in ("no_scale", "no_scale_dk") else scale
+    allowed = _allowed(q.size(2), k.size(2), causal and bug != "no_causal", None if bug == "no_mask" else mask)
     s = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~allowed, float("-inf"))
     seen = ~(torch.isinf(lse) & (lse < 0))
     p = torch.where(seen.unsqueeze(-1), torch.exp(s - torch.where(seen, lse, 0.0).unsqueeze(-1)), 0.0)
-    d = torch.zeros_like(lse) if bug == "no_D" else (grad_out * out).sum(dim=-1)
+    d = {"no_D": torch.zeros_like(lse), "D_no_O": grad_out.sum(dim=-1)}.get(bug, (grad_out * out).sum(dim=-1))
     ds = p * (grad_out @ v.transpose(-2, -1) - d.unsqueeze(-1))
-    return ds @ k * scale, ds.transpose(-2, -1) @ q * scale, p.transpose(-2, -1) @ grad_out
+    return ds @ k * scale_q, ds.transpose(-2, -1) @ q * scale_k, p.transpose(-2, -1) @ grad_out
 
 
 def _cases(gen: torch.Generator) -> list:
@@ -97,7 +114,7 @@ def check_flash_backward(fn: Callable) -> None:
         out = out.detach()
         what = (f"your backward(q {tuple(q.shape)}, k {tuple(k.shape)}, v, out, lse, grad_out, block_size={block}, "
                 f"causal={causal}, mask={'None' if mask is None else 'a boolean mask'})")
-        got = _grads(call(fn, q, k, v, out, lse, grad_out, block, causal, mask, what=what), what)
+        got = _grads(call(fn, q, k, v, out, lse, grad_out, block, causal, mask, what=what, explain=_shape_hint), what)
         _compare(what, got, want, lambda bug: _by_hand(q, k, v, out, lse, grad_out, causal, mask, bug))
     _check_memory(fn)
     passed("check_flash_backward", f"{len(cases)} cases (causal, a query that sees no key, a masked first tile, "
@@ -111,15 +128,47 @@ def _package(name: str) -> object:
     return getattr(flash, name)
 
 
+_TILE_SHAPES = {
+    "grad_v": "dV's tile is (block_k, d), one row per key: dV += P^T dO, P transposed (P is (block_q, block_k), one "
+              "row per query), P.transpose(-2, -1) @ grad_out[..., q0:q1, :]; grad_v itself is shaped like v",
+    "grad_k": "dK's tile is (block_k, d), one row per key: dK += dS^T Q / sqrt(d_k), dS transposed, "
+              "dS.transpose(-2, -1) @ q[..., q0:q1, :]; grad_k itself is shaped like k",
+    "grad_q": "dQ's tile is (block_q, d), one row per query: dQ += dS K / sqrt(d_k), dS @ k[..., k0:k1, :]; grad_q "
+              "itself is shaped like q",
+}
+
+
+def _failing_line(exc: BaseException) -> str:
+    """The learner's line where ``exc`` was raised ('' when none is the learner's)."""
+    lines = learner_lines(exc)
+    return lines[-1] if lines else ""
+
+
+def _shape_hint(exc: Exception) -> str | None:
+    """A product or sum of tiles whose shapes do not fit: name the gradient of the failing line, else all three."""
+    text = str(exc)
+    if not isinstance(exc, RuntimeError) or not any(w in text for w in ("size", "shape", "must match")):
+        return None
+    target = re.match(r"\s*([A-Za-z_]\w*)", _failing_line(exc))
+    name = target.group(1).lower() if target else ""
+    which = next((g for g, ends in (("grad_v", "v"), ("grad_k", "k"), ("grad_q", "q")) if name.endswith(ends)), None)
+    if which:
+        return f"the shapes of a tile product do not fit (in `{name}`): {_TILE_SHAPES[which]}"
+    return ("the shapes of a tile product do not fit: " + "; ".join(_TILE_SHAPES.values()) +
+            ". With tiles of equal size a wrong product can run, so check each one's shape")
+
+
 def _compare(what: str, got: tuple, want: tuple, slip: Callable[[str], tuple]) -> None:
     names = ("grad_q", "grad_k", "grad_v")
     for name, g, w in zip(names, got, want):
-        expect(g.shape == w.shape, f"{what}: {name} has shape {tuple(g.shape)}, expected {tuple(w.shape)}")
+        expect(g.shape == w.shape, f"{what}: {name} has shape {tuple(g.shape)}, expected {tuple(w.shape)}: "
+                                   f"{_TILE_SHAPES[name]}")
     if any(torch.isnan(g).any() for g in got):
         raise Mistake(NAN)
     if all(close(g, w, atol=1e-8, rtol=1e-6) for g, w in zip(got, want)):
         return
-    for bug, hint in (("no_D", NO_D), ("no_scale", NO_SCALE)):
+    for bug, hint in (("no_D", NO_D), ("D_no_O", D_NO_O), ("no_scale", NO_SCALE), ("no_scale_dk", NO_SCALE_DK),
+                      ("no_scale_dq", NO_SCALE_DQ), ("no_mask", NO_MASK), ("no_causal", NO_CAUSAL)):
         if all(same_numbers(g, s, atol=1e-8, rtol=1e-6) for g, s in zip(got, slip(bug))):
             raise Mistake(hint)
     wrong = [(n, (g - w).abs().max().item()) for n, g, w in zip(names, got, want) if not close(g, w, 1e-8, 1e-6)]

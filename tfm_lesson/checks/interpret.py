@@ -99,8 +99,39 @@ def check_alignment_error_rate(fn: Callable) -> None:
             raise Mistake(f"aer({a_list}, S, S) = {got:.7f}: {_AER_HINTS['list']}")
         expect(abs(got - _aer(set(a_list), s, s)) <= TOLERANCE,
                f"aer({a_list}, S, S) = {got:.7f}, expected {_aer(set(a_list), s, s):.7f} (the set of the links)")
+    _check_empty(fn, s)
     passed("check_alignment_error_rate", "Och & Ney's formula on 30 random alignments, P = S by default, "
            "a repeated link counted once (or refused)")
+
+
+UNDEFINED = ("with no predicted link and no sure link, |A| + |S| = 0 and AER is 0/0: undefined, there is nothing to "
+             "score. Let the division raise (ZeroDivisionError), raise a ValueError (as "
+             "tfm_lesson.look.interpret.alignment_error_rate does) or return nan: a number here (0 'perfect', 1 'all "
+             "wrong') would be averaged into a corpus score as if the sentence had been scored")
+
+
+def _check_empty(fn: Callable, s: set) -> None:
+    """No prediction against sure links scores 1 (every sure link missed); nothing against nothing is undefined."""
+    what = f"aer(set(), {sorted(s)}, None)"
+    try:
+        got = _as_float(call(fn, set(), set(s), None, what=what), what)
+    except Mistake as exc:
+        if isinstance(exc.__cause__, ZeroDivisionError):
+            raise Mistake(f"{what} raised ZeroDivisionError: with no predicted link AER is still defined, "
+                          f"1 - 0 / |S| = 1 (every sure link missed); only |A| + |S| = 0 is 0/0") from exc
+        raise
+    expect(abs(got - 1.0) <= TOLERANCE, f"{what} = {got:.7f}, expected 1.0000000: with no predicted link "
+                                        "|A ∩ S| = |A ∩ P| = 0, so AER = 1 - 0 / |S| = 1, every sure link missed "
+                                        "(an empty prediction is not a perfect one)")
+    what = "aer(set(), set(), None)"
+    try:
+        got = call(fn, set(), set(), None, what=what)
+    except Mistake as exc:
+        if isinstance(exc.__cause__, (ZeroDivisionError, ValueError)):
+            return  # undefined, said so
+        raise
+    got = _as_float(got, what)
+    expect(got != got, f"{what} = {got!r}: {UNDEFINED}")  # nan is the only value that is not itself
 
 
 # induction score ------------------------------------------------------------------------------------------------------
@@ -154,6 +185,50 @@ _SCORE_HINTS = {
 }
 
 
+def _index_hint(exc: Exception) -> str | None:
+    if isinstance(exc, IndexError) and "out of bounds" in str(exc):
+        return ("an index past the end: the map has 1 + 2 seg_len positions, 0 .. 2 seg_len, and the last query of "
+                "the repeat is t = 2 seg_len, torch.arange(seg_len + 1, 2 * seg_len + 1) (the end excluded)")
+    return None
+
+
+def _plus(k: int) -> str:
+    return f" {'+' if k > 0 else '-'} {abs(k)}" if k else ""
+
+
+def _name_the_window(what: str, got: Tensor, a: Tensor, seg_len: int) -> None:
+    """An off-by-one in the queries' range, the key's offset or the count divided by: name each part that is off."""
+    n = a.size(-1)
+    for first in range(seg_len - 1, seg_len + 3):
+        for stop in range(2 * seg_len - 1, min(2 * seg_len + 2, n) + 1):
+            for shift in range(-seg_len - 1, -seg_len + 4):
+                q = torch.arange(first, stop)
+                if len(q) < 2 or int(q[0]) + shift < 0:
+                    continue
+                picked = a[..., q, q + shift]
+                for count in (len(q) - 1, len(q), len(q) + 1, seg_len):
+                    if (first, stop, shift, count) == (seg_len + 1, 2 * seg_len + 1, 1 - seg_len, seg_len):
+                        continue
+                    if close(got, picked.sum(-1) / count):
+                        raise Mistake(f"{what}: " + _describe(seg_len, first, stop, shift, count))
+
+
+def _describe(seg_len: int, first: int, stop: int, shift: int, count: int) -> str:
+    parts = []
+    if (first, stop) != (seg_len + 1, 2 * seg_len + 1):
+        last = _plus(stop - 1 - 2 * seg_len)
+        parts.append(f"your queries run t = seg_len{_plus(first - seg_len)} .. 2 seg_len{last} "
+                     f"(here {first} .. {stop - 1}); the repeated half is t = seg_len + 1 .. 2 seg_len, both ends "
+                     "included: torch.arange(seg_len + 1, 2 * seg_len + 1), since position 0 holds <s> and range "
+                     "stops one before its end")
+    if shift != 1 - seg_len:
+        parts.append(f"your key is t - seg_len{_plus(shift + seg_len)}, the induction key is t - seg_len + 1 (the "
+                     "token AFTER the earlier copy of token t)")
+    if count not in (stop - first, seg_len):  # dividing a short range by seg_len: the range is what to fix
+        parts.append(f"you divided the sum of {stop - first} weights by {count}: the score is their mean")
+    return "; ".join(parts)
+
+
 def check_induction_score(fn: Callable) -> None:
     """``fn(attention, seg_len)``: attention ``(..., 1 + 2 seg_len, 1 + 2 seg_len)`` over ``<s>``, a segment, its
     repeat -> ``(...)``: mean over the repeated half's queries ``t`` of ``attention[..., t, t - seg_len + 1]``."""
@@ -166,7 +241,7 @@ def check_induction_score(fn: Callable) -> None:
             scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
         a = scores.softmax(-1)
         what = (f"induction_score({'causal ' if causal else ''}attention {tuple(a.shape)}, seg_len={seg_len})")
-        got = call(fn, a, seg_len, what=what)
+        got = call(fn, a, seg_len, what=what, explain=_index_hint)
         expect(isinstance(got, Tensor), f"{what} returned {type(got).__name__}, expected a tensor of shape {shape}")
         want = _score(a, seg_len)
         expect(got.shape == want.shape, f"{what} returned shape {tuple(got.shape)}, expected {tuple(want.shape)}: "
@@ -176,6 +251,8 @@ def check_induction_score(fn: Callable) -> None:
         for bug, hint in _SCORE_HINTS.items():
             if seg_len > 1 and close(got, _score(a, seg_len, bug)):
                 raise Mistake(f"{what}: {hint}")
+        if seg_len > 2:
+            _name_the_window(what, got, a, seg_len)
         raise Mistake(f"{what} differs from the mean over t in seg_len + 1 .. 2 seg_len of attention[..., t, "
                       f"t - seg_len + 1] (largest difference {(got - want).abs().max().item():.3g})")
     passed("check_induction_score", "the repeated half's queries, one key after the earlier copy, averaged")

@@ -26,6 +26,7 @@ def check_load_encoder_layer(fn: Callable) -> None:
     theirs = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout=0.0, batch_first=True).eval()
     ours = EncoderLayer(d_model, heads, d_ff, dropout=0.0).eval()
     before = {k: v.clone() for k, v in ours.state_dict().items()}
+    source = {k: v.clone() for k, v in theirs.state_dict().items()}
     try:
         with time_limit(None, what="your function"):
             result = fn(ours, theirs)
@@ -38,6 +39,9 @@ def check_load_encoder_layer(fn: Callable) -> None:
         raise Mistake(f"your function raised RuntimeError: {exc}") from exc
     except Exception as exc:
         raise Mistake(f"your function raised {type(exc).__name__}: {exc}") from exc
+    changed = next((k for k, v in theirs.state_dict().items() if not torch.equal(v, source[k])), None)
+    expect(changed is None, f"your function changed `theirs` in place (its `{changed}`): the weights go FROM theirs "
+                            "INTO ours. `a.copy_(b)` writes b into a, so it is ours_parameter.copy_(theirs_parameter)")
     expect(result is not None or any(not torch.equal(v, before[k]) for k, v in ours.state_dict().items()),
            "your load_encoder_layer is not written yet: it changed no weight of `ours`. Copy each of torch's weights "
            "into the matching parameter of `ours`, under `with torch.no_grad():`")

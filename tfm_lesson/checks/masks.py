@@ -94,6 +94,11 @@ def check_padding_mask(fn: Callable[[Tensor, int], Tensor]) -> None:
         if pad_id != 0 and torch.equal(seen, (tokens != 0)[:, None, None, :].expand_as(want)):
             raise Mistake(f"your mask ignores pad_id (here pad_id={pad_id}) and hides the tokens with id 0: compare "
                           "with the pad_id argument, tokens != pad_id.")
+        for sign, cut in ((">", tokens > pad_id), (">=", tokens >= pad_id), ("<", tokens < pad_id)):
+            if not torch.equal(cut, tokens != pad_id) and torch.equal(seen, cut[:, None, None, :].expand_as(want)):
+                raise Mistake(f"your mask is tokens {sign} pad_id: it treats ids on one side of pad_id (here "
+                              f"pad_id={pad_id}) as padding, or padding as real. Ids are labels, not sizes: a token is "
+                              "padding exactly when it equals pad_id, tokens != pad_id.")
         expect(torch.equal(seen, want), f"{what} differs from (tokens != pad_id)[:, None, None, :] at "
                                         f"{int((seen != want).sum())} places (after broadcasting)")
     check_device_placement(fn, _tokens([3, 2], 3, 0, torch.Generator().manual_seed(1)), 0,
@@ -130,6 +135,12 @@ def check_causal_mask(fn: Callable[[int], Tensor]) -> None:
             for hint, bad in suspects.items():
                 if torch.equal(got, bad):
                     raise Mistake(hint)
+            shifted = next((k for k in range(-size + 1, size) if k and torch.equal(got, ones.tril(k))), None)
+            if shifted is not None:
+                sees = "into the future" if shifted > 0 else "not itself nor the keys just before it"
+                raise Mistake(f"your causal mask is tril({shifted}): query i sees keys up to i "
+                              f"{'+' if shifted > 0 else '-'} {abs(shifted)}, {sees}. Keep keys j <= i, the diagonal "
+                              "included: .tril() (diagonal=0).")
         expect(torch.equal(got, expected), f"{what} differs from the lower triangle (key j visible to query i "
                                            f"iff j <= i) at {int((got != expected).sum())} places")
     passed("check_causal_mask", "lower-triangular booleans with the diagonal, sizes 1, 5 and 8")

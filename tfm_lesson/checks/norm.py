@@ -14,8 +14,9 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from ..norm import layer_norm
+from ..norm import LayerNorm, layer_norm
 from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
+from ._rules import forbid_names
 
 __all__ = ["check_layer_norm", "check_post_norm", "check_pre_norm", "check_sublayer_connection",
            "check_sublayer_stack"]
@@ -108,9 +109,26 @@ def _run(module: nn.Module, x: Tensor) -> Tensor:
     return out
 
 
+_WRITE_LAYER_NORM = ("The exercise asks for the formula written out: mean and biased variance over the last axis, "
+                     "(x - mean) / sqrt(var + eps), then the gain and the shift; do not call F.layer_norm or "
+                     "nn.LayerNorm.")
+
+
+def _layer_norm_written_yourself(cls: type) -> None:
+    """Chapter 05's rule: no ``F.layer_norm``, ``nn.LayerNorm`` or the package's ``LayerNorm`` (used, or derived)."""
+    target = getattr(cls, "func", cls)  # functools.partial(nn.LayerNorm, ...)
+    for ready in (nn.LayerNorm, LayerNorm):
+        if isinstance(target, type) and issubclass(target, ready):
+            raise Mistake(f"WRITE IT YOURSELF: your layer norm is (or derives from) {ready.__module__}."
+                          f"{ready.__qualname__}, which does the work. {_WRITE_LAYER_NORM}")
+    forbid_names(cls, ("layer_norm", "LayerNorm"), "layer norm", _WRITE_LAYER_NORM)
+
+
 def check_layer_norm(cls: type, trials: int = 4, seed: int = 0) -> None:
     """``cls(d_model, eps=1e-5)`` is an ``nn.Module`` with ``weight`` and ``bias`` parameters of shape
-    ``(d_model,)`` that maps ``(..., d_model)`` to the same shape, normalising over the last axis."""
+    ``(d_model,)`` that maps ``(..., d_model)`` to the same shape, normalising over the last axis; written out, not
+    ``F.layer_norm``, ``nn.LayerNorm`` or ``tfm_lesson.LayerNorm``."""
+    _layer_norm_written_yourself(cls)
     gen = random.Random(seed)
     torch.manual_seed(seed)
     name = getattr(cls, "__name__", type(cls).__name__)
