@@ -62,6 +62,14 @@ def pytest_configure(config: pytest.Config) -> None:
         install()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    if os.environ.get("TFM_CHECKS_VIA_REPLAY") == "1":
+        skip = pytest.mark.skip(reason="shows the checker in a notebook; a replayed check has no traceback to show")
+        for item in items:
+            if "notebook_only" in item.keywords:
+                item.add_marker(skip)
+
+
 @pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> torch.device:
     return torch.device(request.param)

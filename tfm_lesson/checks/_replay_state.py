@@ -16,7 +16,7 @@ from ._wire import WireError, _import, digest, encode, importable_name
 __all__ = ["Divergence", "Owned", "exception_to", "exception_from", "snapshot_globals", "restore_globals"]
 
 
-class Divergence(Exception):
+class Divergence(BaseException):
     """The replay asked for something other than what the kernel recorded (a forged or broken record)."""
 
 
@@ -205,7 +205,7 @@ def exception_to(exc: BaseException | None, depth: int = 0) -> dict | None:
     cls = next(c for c in type(exc).__mro__ if importable_name(c) and issubclass(c, BaseException))
     try:
         args = encode(list(exc.args), _no_handle)
-    except (WireError, Exception):
+    except (WireError, Exception):  # arguments that are not data: the message
         args = encode([str(exc)], _no_handle)
     return {"cls": importable_name(cls), "name": type(exc).__name__, "args": args, "lines": learner_lines(exc)[-5:],
             "cause": exception_to(exc.__cause__ or exc.__context__, depth + 1)}

@@ -33,8 +33,10 @@ _TYPES = {types.FunctionType: "types:FunctionType", types.MethodType: "types:Met
 _NUMBER_BYTES = 1 << 28  # 256 MiB of tensor data in one value is more than any checker hands out
 
 
-class WireError(ValueError):
-    """A value that cannot travel (encoding), or data that is not a value (decoding)."""
+class WireError(BaseException):
+    """A value that cannot travel (encoding), or data that is not a value (decoding). A BaseException, like the
+    replay's :class:`~._replay_state.Divergence`: a checker's ``except Exception`` (which turns the learner's errors
+    into hints) must not take a broken record for the learner's error."""
 
 
 def importable_name(obj: Any) -> str | None:

@@ -1,0 +1,181 @@
+"""Verdicts computed outside the learner's code (tfm_lesson/checks/_replay.py, _wire.py, _replay_state.py, and the
+grader's side, tfm_lesson/course/verdicts.py): values on the wire, records that are forged or broken, the source
+rules read from text, and (slow) every checker test of the suite run through record and replay."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from tfm_lesson import checks
+from tfm_lesson.checks import _replay
+from tfm_lesson.checks._replay_state import snapshot_globals
+from tfm_lesson.checks._rules_static import CELL_SEPARATOR
+from tfm_lesson.checks._wire import WireError, decode, encode
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _no(obj):
+    raise WireError("not data")
+
+
+@pytest.mark.parametrize("value", [
+    None, True, 3, -2 ** 60, 1.5, float("inf"), "text", (1, [2.0, "x"]), {"a": 1, 2: None},
+    torch.Size([2, 3]), torch.float16, torch.device("cpu"),
+])
+def test_plain_values_travel_unchanged(value):
+    assert decode(json.loads(json.dumps(encode(value, _no))), _no) == value
+
+
+def test_tensors_travel_with_dtype_shape_bytes_and_gradient():
+    for t in (torch.randn(2, 3), torch.tensor(1.5, dtype=torch.float64), torch.ones(0, 4),
+              torch.tensor([True, False]), torch.arange(6, dtype=torch.int64).view(2, 3).t()):
+        back = decode(json.loads(json.dumps(encode(t, _no))), _no)
+        assert back.dtype == t.dtype and back.shape == t.shape and torch.equal(back, t)
+    p = nn.Parameter(torch.randn(3))
+    p.grad = torch.ones(3)
+    back = decode(json.loads(json.dumps(encode(p, _no))), _no)
+    assert isinstance(back, nn.Parameter) and torch.equal(back.grad, torch.ones(3))
+    nan = decode(encode(torch.tensor([math.nan]), _no), _no)
+    assert torch.isnan(nan).all()
+
+
+@pytest.mark.parametrize("data, why", [
+    ({"T": {"dtype": "float32", "shape": [4], "data": "AAAA"}}, "do not fill its shape"),
+    ({"T": {"dtype": "object", "shape": [1], "data": ""}}, "dtype or shape"),
+    ({"ref": "os:system"}, "not a name"),
+    ({"ref": "builtins:exec"}, "not a name"),
+    ({"ref": "torch:load"}, "not a name"),
+    ({"ref": "tfm_lesson.course.grading:grade"}, "not a name"),
+    ({"pickle": "gASV"}, "not"),
+    ([1, 2], "not a value"),
+])
+def test_what_is_not_a_value_is_refused(data, why):
+    with pytest.raises((WireError, ValueError, AttributeError, ModuleNotFoundError), match=why):
+        decode(data, _no)
+
+
+def _square(x):
+    return x * x
+
+
+def _record(checker, answers, tmp_path, **kwargs):
+    path = tmp_path / "trace.json"
+    _replay.record(checker, answers, kwargs, str(path))
+    return json.loads(path.read_text())
+
+
+def test_a_right_answer_replays_to_a_pass_and_a_wrong_one_to_its_named_mistake(tmp_path):
+    def pairwise_scores(q, k):
+        return q @ k.transpose(-2, -1)
+
+    def transposed(q, k):
+        return k @ q.transpose(-2, -1)
+
+    ok, message = _replay.replay(checks.check_pairwise_scores,
+                                 _record(checks.check_pairwise_scores, [pairwise_scores], tmp_path), {})
+    assert ok and "check_pairwise_scores passed" in message
+    ok, message = _replay.replay(checks.check_pairwise_scores,
+                                 _record(checks.check_pairwise_scores, [transposed], tmp_path), {})
+    with pytest.raises(checks.Mistake) as direct:
+        checks.check_pairwise_scores(transposed)
+    assert not ok and message == str(direct.value)
+
+
+def test_forged_or_broken_records_fail_with_the_reason_and_never_crash(tmp_path):
+    def pairwise_scores(q, k):
+        return q @ k.transpose(-2, -1)
+
+    good = _record(checks.check_pairwise_scores, [pairwise_scores], tmp_path)
+    empty = dict(good, entries=[])
+    other = dict(good, checker="check_row_softmax")
+    truncated = dict(good, entries=good["entries"][:1])
+    swapped = dict(good, entries=[dict(e, out={"T": dict(e["out"]["T"], data="")}) if "out" in e and
+                                  isinstance(e["out"], dict) and "T" in e["out"] else e for e in good["entries"]])
+    padded = dict(good, entries=good["entries"] + [{"op": "call", "h": 0, "in": "x"}])
+    for forged, why in ((empty, "more"), (other, "not this check's"), (truncated, "more"),
+                        (swapped, "could not replay"), (padded, "ended after"), ("nonsense", "not this check's"),
+                        (dict(good, version=2), "not this check's")):
+        ok, message = _replay.replay(checks.check_pairwise_scores, forged, {})
+        assert not ok and why in message, (why, message)
+
+
+def test_the_replay_leaves_the_graders_random_state_as_it_was(tmp_path):
+    def pairwise_scores(q, k):
+        torch.randn(3)  # the learner's code draws too
+        return q @ k.transpose(-2, -1)
+
+    trace = _record(checks.check_pairwise_scores, [pairwise_scores], tmp_path)
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    assert _replay.replay(checks.check_pairwise_scores, trace, {})[0]
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.get_default_dtype() == dtype and torch.get_num_threads() == threads
+
+
+def test_an_answer_that_changes_its_input_in_place_is_named_after_the_replay(tmp_path):
+    def scaled_in_place(q, k):
+        q.mul_(1.0)
+        q[..., 0] += 1  # the caller's tensor, changed
+        return q @ k.transpose(-2, -1)
+
+    ok, message = _replay.replay(checks.check_pairwise_scores,
+                                 _record(checks.check_pairwise_scores, [scaled_in_place], tmp_path), {})
+    assert not ok and "in place" in message
+
+
+def test_source_rules_read_the_extracted_code_not_the_kernel(tmp_path):
+    from tfm_lesson.flash import flash_attention
+
+    def my_tiled_attention(q, k, v, block_size, causal=False, mask=None):
+        return flash_attention(q, k, v, mask, block_size, causal)
+
+    trace = _record(checks.check_tiled_attention, [my_tiled_attention], tmp_path)
+    code = CELL_SEPARATOR.join(["from tfm_lesson.flash import flash_attention as fa",
+                                "def my_tiled_attention(q, k, v, block_size, causal=False, mask=None):\n"
+                                "    return fa(q, k, v, mask, block_size, causal)"])
+    ok, message = _replay.replay(checks.check_tiled_attention, trace, {}, code, ["my_tiled_attention"])
+    assert not ok and "WRITE IT YOURSELF" in message and "flash_attention" in message
+
+
+def test_a_record_that_is_a_link_or_too_big_is_not_read(tmp_path, monkeypatch):
+    from tfm_lesson.course import verdicts
+
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"version": 1}))
+    link = tmp_path / "trace.json"
+    link.symlink_to(secret)
+    with pytest.raises(ValueError, match="cannot be opened"):
+        verdicts.read_trace(link)
+    big = tmp_path / "big.json"
+    big.write_text("[" + "0," * 100 + "0]")
+    monkeypatch.setattr(verdicts, "TRACE_LIMIT", 50)
+    with pytest.raises(ValueError, match="over"):
+        verdicts.read_trace(big)
+    assert verdicts.read_trace(tmp_path / "missing.json") is None
+
+
+def test_the_start_state_is_data():
+    start = snapshot_globals()
+    assert json.loads(json.dumps(start)) == start
+
+
+@pytest.mark.slow
+def test_every_checker_test_gives_the_same_verdict_when_replayed():
+    """All of tests/test_checks_*.py and test_common_mistakes.py, each checker call recorded and replayed
+    (tests/replay_roundtrip.py): every right answer passes and every wrong one gets its named message."""
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_checks_*.py"))
+    out = subprocess.run([sys.executable, "-m", "pytest", *files, "tests/test_common_mistakes.py", "-q",
+                          "-p", "no:cacheprovider", "-o", "addopts=", "-m", "not slow and not notebook_only"],
+                         cwd=ROOT, env={**os.environ, "TFM_CHECKS_VIA_REPLAY": "1"}, capture_output=True, text=True,
+                         timeout=1800)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
