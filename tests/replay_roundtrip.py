@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib
 import io
 import inspect
 import json
@@ -57,6 +58,16 @@ def _source_of(obj: Any) -> tuple[str, str | None]:
             module, qualname = name.split(":")
             return f"import functools\nimport {module} as _m\n_answer = functools.partial(_m.{qualname})", "_answer"
         return "", None
+    for module in ("torch.nn.functional", "torch"):  # a built-in function of torch (F.gelu, torch.softmax)
+        mod = importlib.import_module(module)
+        if callable(obj) and not inspect.isfunction(obj) and getattr(mod, getattr(obj, "__name__", "") or "_", None) \
+                is obj:
+            return f"import {module} as _m\n_answer = _m.{obj.__name__}", "_answer"
+    name = importable_name(type(obj)) if not inspect.isclass(obj) and not callable(getattr(obj, "__code__", None)) \
+        and importable_name(type(obj)) and type(obj).__module__.startswith(("torch.nn", "tfm_lesson")) else None
+    if name:  # an instance of torch's or the package's module, passed as the answer (nn.GELU())
+        module, qualname = name.split(":")
+        return f"import {module} as _m\n_answer = _m.{qualname}()", "_answer"
     name = importable_name(obj)
     if name:  # the package's (or torch's) own object, passed as the answer
         module, qualname = name.split(":")

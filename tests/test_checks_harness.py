@@ -325,6 +325,7 @@ def test_plain_python_gets_an_assertion_error_with_the_message() -> None:
     assert "`[0]`" in str(info.value)
 
 
+@pytest.mark.notebook_only  # how a Mistake shows itself in a notebook: its traceback
 def test_the_rendered_traceback_shows_the_message_first_and_only_the_learners_frames() -> None:
     with pytest.raises(Mistake) as info:
         check_encoder_layer(TupleAsTensor)

@@ -45,6 +45,9 @@ __all__ = ["Handle", "record", "replay", "learner_side", "recording", "replaying
 TRACE_LIMIT = 256 * 1024 * 1024  # bytes of trace a checker may leave (its inputs are small; a flood is refused)
 _SPECIAL = ("__call__", "__iter__", "__len__", "__getitem__", "__setitem__", "__contains__", "__enter__", "__exit__",
             "__bool__", "__next__")
+# operations that read the learner's object: the checker's own objects are not looked at around them (reading an
+# attribute that is a property running code that changes the checker's objects is not carried)
+_READS = ("getattr", "signature", "repr", "len", "contains", "bool")
 _session: _Session | None = None
 _lock = threading.Lock()  # one replay at a time in the grader's process (the RNG and the session are global)
 
@@ -242,7 +245,9 @@ class _Recorder(_Session):
         return self.run(entry, run, wrap=False)
 
     def run(self, entry: dict, action: Callable[[], Any], wrap: bool) -> Any:
-        self.owned.refresh()
+        reads = entry["op"] in _READS
+        if not reads:
+            self.owned.refresh()
         rng = torch.get_rng_state()
         try:
             result = action()
@@ -258,7 +263,7 @@ class _Recorder(_Session):
         return view
 
     def close(self, entry: dict, rng: torch.Tensor) -> None:
-        entry["state"] = self.owned.changes()
+        entry["state"] = [] if entry["op"] in _READS else self.owned.changes()
         after = torch.get_rng_state()
         if not torch.equal(after, rng):
             entry["rng"] = encode(after, _no_handle)

@@ -25,7 +25,7 @@ def _no_handle(obj: Any) -> Any:
 
 
 # the checker's own objects ------------------------------------------------------------------------------------------
-_KINDS = (Tensor, nn.Module, torch.optim.Optimizer, torch.Generator, list, dict)
+_KINDS = (Tensor, nn.Module, torch.optim.Optimizer, torch.Generator, list, dict, set)
 
 
 def _kept(obj: Any) -> bool:
@@ -96,6 +96,8 @@ class Owned:
             _tensor_bytes(h, obj.get_state())
         elif isinstance(obj, torch.optim.Optimizer):
             h.update(digest(obj.state_dict(), _by_identity).encode())
+        elif isinstance(obj, set):
+            h.update(repr(sorted(map(repr, obj))).encode())
         elif not isinstance(obj, (list, dict)):
             h.update(digest(dict(vars(obj)), _by_identity).encode())
         else:
@@ -114,8 +116,8 @@ class Owned:
             return encode(obj.state_dict(), _no_handle)
         if isinstance(obj, torch.Generator):
             return encode(obj.get_state(), _no_handle)
-        if isinstance(obj, (list, dict)):
-            return self.encoder(list(obj) if isinstance(obj, list) else dict(obj))
+        if isinstance(obj, (list, dict, set)):
+            return self.encoder(type(obj)(obj))
         return {"vars": self.encoder(dict(vars(obj)))}
 
     def refresh(self) -> None:
@@ -145,6 +147,29 @@ class Owned:
             self.seen[item[0]] = self.fingerprint(obj)
 
 
+def _load_state(module: nn.Module, state: Any) -> None:
+    """Each parameter and buffer of ``state`` into ``module``: copied in place when its shape and dtype still fit,
+    else put in its place (the learner's code may have replaced a weight by one of another shape)."""
+    if not isinstance(state, dict):
+        raise WireError("a module's state must be a dict")
+    for key, value in state.items():
+        owner_name, _, name = str(key).rpartition(".")
+        try:
+            owner = module.get_submodule(owner_name) if owner_name else module
+        except AttributeError:
+            continue
+        current = getattr(owner, name, None)
+        if not isinstance(value, Tensor) or not isinstance(current, Tensor):
+            continue
+        if current.shape == value.shape and current.dtype == value.dtype:
+            with torch.no_grad():
+                current.copy_(value)
+        elif name in owner._parameters:
+            owner._parameters[name] = nn.Parameter(value.detach(), requires_grad=current.requires_grad)
+        elif name in owner._buffers:
+            owner._buffers[name] = value.detach()
+
+
 def _apply(obj: Any, state: Any, decode: Callable[[Any], Any]) -> None:
     if isinstance(obj, Tensor):
         new = decode(state)
@@ -160,7 +185,7 @@ def _apply(obj: Any, state: Any, decode: Callable[[Any], Any]) -> None:
     elif isinstance(obj, nn.Module):
         if not isinstance(state, dict):
             raise WireError("a module's new state must be a dict")
-        obj.load_state_dict(decode(state.get("sd")), strict=False)
+        _load_state(obj, decode(state.get("sd")))
         grads = decode(state.get("grads")) or {}
         for name, p in obj.named_parameters():
             p.grad = grads.get(name)
@@ -174,7 +199,7 @@ def _apply(obj: Any, state: Any, decode: Callable[[Any], Any]) -> None:
         obj.set_state(decode(state))
     elif isinstance(obj, list):
         obj[:] = decode(state)
-    elif isinstance(obj, dict):
+    elif isinstance(obj, (dict, set)):
         obj.clear()
         obj.update(decode(state))
     elif isinstance(state, dict) and isinstance(decode(state.get("vars")), dict):

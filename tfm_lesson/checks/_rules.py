@@ -19,7 +19,7 @@ from ._mistake import Mistake
 from ._rules_static import Source, raise_base
 
 __all__ = ["learner_code", "code_names", "forbid_reference_base", "forbid_names", "forbid_keyword", "forbid_loops",
-           "forbid_objects", "source"]
+           "forbid_objects", "forbid_ready_made", "source"]
 
 _static: tuple[Source, list[str]] | None = None  # while the grader replays a check: the extracted code, answer names
 
@@ -283,3 +283,32 @@ def _objects_static(src: Source, name: str, label_of: Any, what: str, why: str) 
                     shown = ast.unparse(node)
                     raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{shown}`) in "
                                   f"{_where(qualname, node)}. {why}")
+
+
+def forbid_ready_made(obj: Any, ready: Iterable[Any] | dict[str, Any], what: str, why: str) -> None:
+    """The answer may not *be* a ready-made one: one of ``ready`` (a function or a class), an instance of one of the
+    classes, a class derived from one, or ``functools.partial`` of one (``ready`` may map labels to them). Read from
+    the live object in a notebook, from the extracted code while grading."""
+    labels = dict(ready) if isinstance(ready, dict) else {
+        f"{getattr(r, '__module__', '')}.{getattr(r, '__qualname__', r)}": r for r in ready}
+    found = _where_static(obj)
+    if found is True:
+        return
+    if found is not None:
+        src, name = found
+        node = src.bindings.get(name)
+        target = src.resolve(ast.Name(id=name, ctx=ast.Load()))
+        if target is None and isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            target = src.resolve(node.value.func)  # `answer = nn.GELU()`: an instance of that class
+            target = ("instance", target) if isinstance(target, type) else target
+        derived = list(src.bases(name)) if isinstance(node, ast.ClassDef) else []
+    else:
+        target, derived = getattr(obj, "func", obj), []
+    for label, r in labels.items():
+        hit = (target is r or (isinstance(target, tuple) and target[1] is not None and isinstance(r, type)
+                               and issubclass(target[1], r))
+               or (isinstance(r, type) and (isinstance(target, type) and issubclass(target, r)
+                                            or not isinstance(target, (type, tuple)) and isinstance(target, r)))
+               or r in derived)
+        if hit:
+            raise Mistake(f"WRITE IT YOURSELF: your {what} is (or derives from) {label}, which does the work. {why}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib
+import json
 import math
 from typing import Any, Callable
 
@@ -121,6 +122,9 @@ def encode(value: Any, other: Callable[[Any], Any]) -> Any:
         return {type(value).__name__: [encode(v, other) for v in value]}
     if type(value) is dict:
         return {"dict": [[encode(k, other), encode(v, other)] for k, v in value.items()]}
+    if type(value) in (set, frozenset):
+        items = [encode(v, other) for v in value]
+        return {type(value).__name__: sorted(items, key=lambda d: json.dumps(d, sort_keys=True))}
     name = importable_name(value)
     if name is not None:
         return {"ref": name}
@@ -177,6 +181,9 @@ def decode(data: Any, find: Callable[[dict], Any]) -> Any:
         return tuple(decode(v, find) for v in data["tuple"])
     if "list" in data:
         return [decode(v, find) for v in data["list"]]
+    if "set" in data or "frozenset" in data:
+        items = [decode(v, find) for v in data.get("set", data.get("frozenset"))]
+        return set(items) if "set" in data else frozenset(items)
     if "dict" in data:
         return {decode(k, find): decode(v, find) for k, v in data["dict"]}
     if "ref" in data:

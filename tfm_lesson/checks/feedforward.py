@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from ..encoder import EncoderLayer
 from ..feedforward import PositionwiseFeedForward
 from ._harness import Mistake, call, check_on_device, close, diagnose, expect, expect_written, output_of, passed
-from ._rules import forbid_names
+from ._rules import forbid_names, forbid_ready_made
 
 __all__ = ["check_feed_forward", "check_gelu", "check_layer_budget"]
 
@@ -148,8 +148,7 @@ def check_gelu(fn: Callable[[Tensor], Tensor], seed: int = 0) -> None:
     """``fn(x)`` must return the exact GELU, ``x * Phi(x)`` with ``Phi`` the standard normal CDF, elementwise, from
     ``torch.erf`` (not ``F.gelu`` or ``nn.GELU``: the exercise says so)."""
     why = "The exercise asks for x * Phi(x) from its definition, with torch.erf, without calling F.gelu."
-    if fn is F.gelu or isinstance(fn, nn.GELU) or fn is nn.GELU:
-        raise Mistake(f"WRITE IT YOURSELF: your gelu is PyTorch's own GELU. {why}")
+    forbid_ready_made(fn, {"PyTorch's own F.gelu": F.gelu, "PyTorch's own nn.GELU": nn.GELU}, "gelu", why)
     forbid_names(fn, ("gelu", "GELU"), "gelu", why)
     torch.manual_seed(seed)
     for dtype in (torch.float32, torch.float64):

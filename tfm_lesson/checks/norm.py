@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from ..norm import LayerNorm, layer_norm
 from ._harness import Mistake, call, close, diagnose, expect, output_of, passed
-from ._rules import forbid_names
+from ._rules import forbid_names, forbid_ready_made
 
 __all__ = ["check_layer_norm", "check_post_norm", "check_pre_norm", "check_sublayer_connection",
            "check_sublayer_stack"]
@@ -116,11 +116,7 @@ _WRITE_LAYER_NORM = ("The exercise asks for the formula written out: mean and bi
 
 def _layer_norm_written_yourself(cls: type) -> None:
     """Chapter 05's rule: no ``F.layer_norm``, ``nn.LayerNorm`` or the package's ``LayerNorm`` (used, or derived)."""
-    target = getattr(cls, "func", cls)  # functools.partial(nn.LayerNorm, ...)
-    for ready in (nn.LayerNorm, LayerNorm):
-        if isinstance(target, type) and issubclass(target, ready):
-            raise Mistake(f"WRITE IT YOURSELF: your layer norm is (or derives from) {ready.__module__}."
-                          f"{ready.__qualname__}, which does the work. {_WRITE_LAYER_NORM}")
+    forbid_ready_made(cls, (nn.LayerNorm, LayerNorm), "layer norm", _WRITE_LAYER_NORM)  # partial(...) too
     forbid_names(cls, ("layer_norm", "LayerNorm"), "layer norm", _WRITE_LAYER_NORM)
 
 
