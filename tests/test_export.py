@@ -1,9 +1,11 @@
 """Export to nbgrader and Otter-Grader (tfm_lesson/course/export.py), run through the real tools: `nbgrader
 generate_assignment` + `nbgrader autograde`, and `otter assign` + `otter run` (Otter's runner without Docker), on a
 correct, a buggy (the package's module subclassed, the checker's name rebound: named "WRITE IT YOURSELF"), an empty,
-an endless-loop and a hostile submission (a bug, a tampered or patched checker, an exercise's cells deleted, cells
-added) and a file that is not a notebook. The chapter is 03's exercises with the definitions before them (the
-chapter's plots and widgets left out, to keep CI short)."""
+an endless-loop, a loop that catches whatever is sent into the kernel, and a hostile submission (a bug, a tampered or
+patched checker, an exercise's cells deleted, cells added) and a file that is not a notebook. The chapter is 03's
+exercises with the definitions before them (the chapter's plots and widgets left out, to keep CI short). The
+export's own rules (what it may write over, the Otter stub, requirements) are in tests/test_export_guard.py, the
+watchdog's in tests/test_kernel_watchdog.py."""
 from __future__ import annotations
 
 import copy
@@ -12,6 +14,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -33,6 +37,8 @@ class MyMultiHeadAttention(T.MultiHeadAttention):  # the package's reference doe
     pass
 """
 LOOP = "while True:\n    pass\n"
+# an endless loop that catches whatever the kernel is sent inside (SIGALRM's exception, the interrupt)
+SWALLOW = "import time\nwhile True:\n    try:\n        time.sleep(.1)\n    except BaseException:\n        pass\n"
 SPLIT_BUGGY = """\
 def split_heads(x, heads):
     batch, length, d_model = x.shape
@@ -125,7 +131,11 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
     subprocess.run([sys.executable, "-m", "tfm_lesson.course", "export", str(path), "--format", "nbgrader",
                     "--out", str(course), "--assignment", "ch03", "--timeout", "30"], check=True, cwd=ROOT, env=_env())
     assert "c.Execute.timeout = 30" in (course / "nbgrader_config.py").read_text()  # the endless loop: 30 s
-    run = subprocess.run([str(nbgrader), "generate_assignment", "ch03", "--create"], cwd=course, env=_env(),
+    # nbgrader runs `alembic` by name when it creates the gradebook: the exported config finds it beside nbgrader,
+    # with the environment not activated (its bin not on PATH)
+    bare = {**_env(), "PATH": os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                              if p and not (Path(p) / "alembic").exists())}
+    run = subprocess.run([str(nbgrader), "generate_assignment", "ch03", "--create"], cwd=course, env=bare,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     release = nbformat.read(course / "release" / "ch03" / "ch.ipynb", as_version=4)
@@ -134,7 +144,8 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
     subs = {"correct": _fill(release, solutions, is_answer),
             "buggy": _fill(release, {**solutions, 3: TAMPER}, is_answer),
             "empty": release,
-            "loop": _fill(release, {**solutions, 1: LOOP + solutions[1]}, is_answer)}
+            "loop": _fill(release, {**solutions, 1: LOOP + solutions[1]}, is_answer),
+            "swallow": _fill(release, {**solutions, 1: SWALLOW + solutions[1]}, is_answer)}
     # hostile: a bug in exercise 1 whose test cell is emptied, an added cell patching the checker, and exercise 3's
     # answer and test cells deleted
     hostile = _fill(release, {**solutions, 1: SPLIT_BUGGY}, is_answer)
@@ -163,7 +174,12 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
                           for g in gb.find_submission_notebook("ch", "ch03", "hostile").grades}
     # the loop: exercise 1, and 3 that uses it; hostile: its emptied test cell is nbgrader's again and the patched
     # checker is imported afresh (exercise 1: 0), and its deleted test cell waits for the instructor
-    assert scores == {"correct": 9, "buggy": 6, "empty": 0, "loop": 3, "hostile": 3}
+    assert scores == {"correct": 9, "buggy": 6, "empty": 0, "loop": 3, "swallow": 0, "hostile": 3}
+    # the loop that catches the interrupt: nbgrader's limit acts from its own process (nbclient there waits
+    # --timeout, interrupts, gives up 4 s later and shuts the kernel down): that submission is reported as not
+    # graded (0 in the gradebook) and the others are graded
+    assert "Timeout waiting for IOPub output" in log and "for student 'swallow'" in log, log[-3000:]
+    assert not (course / "autograded" / "swallow" / "ch03").exists()
     assert hostile_grades == {"ex1-check": (0, False), "ex2-check": (3, False), "ex3-check": (None, True)}
     graded = nbformat.read(course / "autograded" / "buggy" / "ch03" / "ch.ipynb", as_version=4)
     feedback = json.dumps([c.outputs for c in graded.cells if c.cell_type == "code"])
@@ -182,7 +198,8 @@ def _otter_cell(nb, *words) -> int:
 
 def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
     """`otter run` on correct, buggy, empty and hostile submissions. Otter's local runner has no time limit of its
-    own: the exported config's plugin (OtterCellTimeLimit) stops the endless loop after --timeout seconds."""
+    own: the exported config's plugin (OtterCellTimeLimit) starts a watchdog in `otter run`'s process, which
+    interrupts the endless loop after --timeout seconds and kills the kernel of a loop that catches the interrupt."""
     otter = _tool("otter")
     chapter = _exercises_only()
     path = tmp_path / "ch.ipynb"
@@ -197,11 +214,22 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
     autograder = next((dist / "autograder").glob("*.zip"))
     solved = nbformat.read(dist / "autograder" / "ch.ipynb", as_version=4)
     student = nbformat.read(dist / "student" / "ch.ipynb", as_version=4)
+    # the student version keeps each exercise's stub (signature and body stub), not a bare `...`
+    stub = "def split_heads(x, heads):\n    ...  # your turn"
+    assert any(c.source.startswith(stub) for c in student.cells if c.cell_type == "code")
+    # the autograder's environment installs torch and the course as the course pins them
+    from tfm_lesson.course.export import course_requirements
+
+    with zipfile.ZipFile(autograder) as zf:
+        environment = zf.read("environment.yml").decode()
+    assert all(f"- {r}" in environment or f"- '{r}'" in environment for r in course_requirements()), environment
     ex1, ex3 = _otter_cell(solved, "def split_heads"), _otter_cell(solved, "class MyMultiHeadAttention")
     buggy = copy.deepcopy(solved)
     buggy.cells[ex3].source = TAMPER
     loop = copy.deepcopy(solved)
     loop.cells[ex1].source = LOOP + loop.cells[ex1].source
+    swallow = copy.deepcopy(solved)
+    swallow.cells[ex1].source = SWALLOW + swallow.cells[ex1].source
     hostile = copy.deepcopy(solved)  # a bug in exercise 1, a patched checker, and exercise 3's cells deleted
     hostile.cells[ex1].source = SPLIT_BUGGY
     for cell in hostile.cells:
@@ -209,19 +237,20 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
             cell.source = "pass  # the check call, deleted"
     hostile.cells.insert(ex1 + 1, nbformat.v4.new_code_cell(PATCH))
     del hostile.cells[ex3 + 1:]
-    subs = {"correct": solved, "buggy": buggy, "empty": student, "loop": loop, "hostile": hostile}
-    results, outputs = {}, {}
+    subs = {"correct": solved, "buggy": buggy, "empty": student, "loop": loop, "swallow": swallow, "hostile": hostile}
+    results, outputs, took = {}, {}, {}
     for name, nb in subs.items():
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
     (tmp_path / "notes.ipynb").write_text("these are my notes, not a notebook")
     for name in [*subs, "notes"]:
         out = tmp_path / f"out-{name}"
         out.mkdir()
+        start = time.monotonic()
         run = subprocess.run([str(otter), "run", "-a", str(autograder), "-o", str(out),
                               str(tmp_path / f"{name}.ipynb")], cwd=tmp_path, env=_env(), capture_output=True,
                              text=True, timeout=600)
-        outputs[name] = (run.returncode, run.stdout + run.stderr)
-        if name != "notes":
+        outputs[name], took[name] = (run.returncode, run.stdout + run.stderr), time.monotonic() - start
+        if name not in ("notes", "swallow"):
             assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
             results[name] = {t["name"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
 
@@ -230,9 +259,17 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
 
     assert [sum(scores(n)) for n in ("correct", "buggy", "empty")] == [9, 6, 0]
     assert "WRITE IT YOURSELF" in results["buggy"]["ex3"]["output"]
-    assert "the checker's message above names the mistake" in results["buggy"]["ex3"]["output"]
+    # the test's failure text comes first and points down to the result, where the checker's message is
+    text = results["buggy"]["ex3"]["output"]
+    assert text.index("the checker's message, in the result below, names the mistake") < text.index("WRITE IT")
     # the endless loop costs exercise 1 (and 3, which uses split_heads); exercise 2 still scores
     assert scores("loop") == [0, 3, 0]
+    # the loop that catches the interrupt: its kernel is killed `grace` (5) s later and `otter run` ends with the
+    # reason, as a submission whose container fails under `otter grade` (no results: 0 there)
+    code, text = outputs["swallow"]
+    assert code != 0 and "Kernel died" in text and "kernel" in text and "killed" in text, text[-3000:]
+    assert not (tmp_path / "out-swallow" / "results.json").exists()
+    print(f"otter run, seconds per submission (load {os.getloadavg()}):", {k: round(v) for k, v in took.items()})
     # deleted check calls and a patched checker change nothing; the deleted exercise scores 0
     from tfm_lesson.checks.heads import SPLIT_NO_TRANSPOSE
 
@@ -242,27 +279,6 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
     # a file that is not a notebook: `otter run` stops on it with the reason (no results.json); one run per file
     code, text = outputs["notes"]
     assert code != 0 and "NotJSONError" in text and not (tmp_path / "out-notes" / "results.json").exists()
-
-
-def test_otter_time_limit_plugin_stops_a_cell_and_goes_on():
-    """The plugin's cells in an ordinary kernel: a loop stops after the limit with the reason, the next cell runs,
-    and after the last (Otter's own test cell goes there) nothing is limited."""
-    from nbclient import NotebookClient
-
-    from tfm_lesson.course.export import OtterCellTimeLimit
-
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LOOP), nbformat.v4.new_code_cell("x = 1")])
-    assert OtterCellTimeLimit("", {}, {}).seconds == 600  # the default
-    assert OtterCellTimeLimit("", {}, {"seconds": 2}).before_execution("print(1)") == "print(1)"  # a .py: as it is
-    with pytest.raises(ValueError, match="seconds must be > 0"):
-        OtterCellTimeLimit("", {}, {"seconds": 0})
-    armed = OtterCellTimeLimit("", {}, {"seconds": 2}).before_execution(nb)
-    assert len(nb.cells) == 2 and len(armed.cells) == 4  # the submission itself is left as it was
-    armed.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(3)\nprint('after', x)"))
-    NotebookClient(armed, timeout=60, allow_errors=True, kernel_name="python3").execute()
-    loop, after = armed.cells[1], armed.cells[-1]
-    assert loop.outputs[0]["ename"] == "TimeoutError" and "past the grader's 2 s limit" in loop.outputs[0]["evalue"]
-    assert [o.get("text") for o in after.outputs] == ["after 1\n"]
 
 
 def test_export_refuses_a_student_copy_with_exit_2(tmp_path):

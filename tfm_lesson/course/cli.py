@@ -57,6 +57,8 @@ def class_main(argv: list[str]) -> int:
     ex.add_argument("--assignment", help="the assignment's name (default: the chapter's file name)")
     ex.add_argument("--timeout", type=int, default=600,
                     help="seconds a cell may run when the tool grades (default %(default)s)")
+    ex.add_argument("--force", action="store_true",
+                    help="replace an earlier export even if it was edited (never the chapter itself)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -66,7 +68,7 @@ def class_main(argv: list[str]) -> int:
             grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs,
                           sandbox=not args.no_sandbox)
         else:
-            export(args.chapter, args.format, args.out, args.assignment, args.timeout)
+            export(args.chapter, args.format, args.out, args.assignment, args.timeout, args.force)
     except CourseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

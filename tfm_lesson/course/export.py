@@ -11,27 +11,34 @@ answer cell changes nothing) and raises the checker's message, which names the m
 * nbgrader: ``COURSE/source/NAME/<chapter>.ipynb`` (``### BEGIN SOLUTION`` / ``### END SOLUTION``, cell metadata
   ``nbgrader`` with ``grade_id``, ``points``, ``solution``, ``locked``; every other cell locked) and a minimal
   ``COURSE/nbgrader_config.py``. Then ``nbgrader generate_assignment NAME``, ``nbgrader autograde NAME``.
-* Otter-Grader: ``OUT/<chapter>.ipynb`` in Otter's v1 format (an assignment config cell, ``# BEGIN QUESTION`` with
-  its name and points, ``# BEGIN SOLUTION``, ``# BEGIN TESTS`` with exception-based tests carrying a
-  ``failure_message``). Then ``otter assign``, and ``otter run`` (no Docker) or ``otter grade`` (Docker).
+* Otter-Grader: ``OUT/<chapter>.ipynb`` in Otter's v1 format (an assignment config cell naming the course's
+  requirements, ``# BEGIN QUESTION`` with its name and points, ``# BEGIN SOLUTION`` with the exercise's stub as the
+  student's prompt, ``# BEGIN TESTS`` with exception-based tests carrying a ``failure_message``). Then ``otter
+  assign``, and ``otter run`` (no Docker) or ``otter grade`` (Docker).
 
-``--timeout S`` (default 600) is the time a cell of a submission may run when the tool grades it: nbgrader's
-``c.Execute.timeout``; for Otter, whose local runner has no limit, the config names :class:`OtterCellTimeLimit`.
+``--timeout S`` (default 600) is the time a cell of a submission may run when the tool grades it, kept from outside
+the kernel: nbgrader's ``c.Execute.timeout``; for Otter, whose local runner has no limit, the config names
+:class:`OtterCellTimeLimit`, a watchdog in Otter's own process. Export never writes over the chapter, nor over an
+earlier export that was edited unless ``--force`` (:mod:`~tfm_lesson.course.export_record`).
 """
 from __future__ import annotations
 
 import ast
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from .._io import atomic_open
 from .cells import CourseError, write_notebook
 from .exercises import Exercise, exercises
+from .export_record import check_targets, remember
+from .kernel_watchdog import GRACE, KernelWatchdog
+from .location import install_sources
 from .solution_form import unfold
 
-__all__ = ["OtterCellTimeLimit", "export", "nbgrader_notebook", "otter_notebook"]
+__all__ = ["OtterCellTimeLimit", "course_requirements", "export", "nbgrader_notebook", "otter_notebook"]
 
 SCHEMA_VERSION = 3  # nbgrader's cell metadata schema
 CELL_TIME_LIMIT = 600  # seconds per cell, by default, in both tools (a chapter's training cell takes minutes on a CPU)
@@ -111,52 +118,68 @@ def _yaml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a YAML string
 
 
-_ARM = """\
-import signal as _tfm_signal
-
-
-def _tfm_over_time(signum, frame):
-    raise TimeoutError("this cell ran past the grader's {seconds} s limit (an endless loop?): it was stopped, and "
-                       "grading went on with the next cell")
-
-
-def _tfm_arm(*_):
-    _tfm_signal.signal(_tfm_signal.SIGALRM, _tfm_over_time)
-    _tfm_signal.setitimer(_tfm_signal.ITIMER_REAL, {seconds})
-
-
-def _tfm_disarm(*_):
-    _tfm_signal.setitimer(_tfm_signal.ITIMER_REAL, 0)
-
-
-get_ipython().events.register("pre_run_cell", _tfm_arm)
-get_ipython().events.register("post_run_cell", _tfm_disarm)
-"""
-_DISARM = """\
-get_ipython().events.unregister("pre_run_cell", _tfm_arm)
-get_ipython().events.unregister("post_run_cell", _tfm_disarm)
-_tfm_disarm()
-"""
-
-
 class OtterCellTimeLimit:
     """An Otter-Grader plugin (the exported assignment config names it): every cell of a submission runs under a time
-    limit, so an endless loop costs its question and grading goes on. Otter's local runner (``otter run``) has no
-    time limit of its own and would wait forever; ``otter grade --timeout`` kills the whole container (every question
-    0). Before execution, a first cell arms a SIGALRM timer before each cell (IPython's ``pre_run_cell`` event) and a
-    last cell, before Otter's own cell that runs the tests, takes it off. Configured with ``{"seconds": N}``."""
+    limit kept from outside the kernel, so an endless loop costs its question and ``otter run`` always ends. Otter's
+    local runner has no time limit of its own and would wait forever; ``otter grade --timeout`` kills the whole
+    container (every question 0). Otter creates the plugin in its own grading process; ``before_execution`` starts a
+    :class:`~tfm_lesson.course.kernel_watchdog.KernelWatchdog` there, which interrupts a cell at the limit and kills
+    the kernel ``grace`` seconds later if the cell catches the interrupt (then the run ends with Otter's "Kernel
+    died" error for that submission). Configured with ``{"seconds": N}`` (and optionally ``"grace"``)."""
 
     def __init__(self, submission_path: str, submission_metadata: dict, plugin_config: dict | None):
-        self.seconds = int((plugin_config or {}).get("seconds", CELL_TIME_LIMIT))
+        config = plugin_config or {}
+        self.seconds = int(config.get("seconds", CELL_TIME_LIMIT))
+        self.grace = float(config.get("grace", GRACE))
         if self.seconds <= 0:
             raise ValueError(f"OtterCellTimeLimit: seconds must be > 0, got {self.seconds}")
+        self.watchdog: KernelWatchdog | None = None
 
     def before_execution(self, submission: Any) -> Any:
-        if isinstance(submission, str):  # a .py submission runs as one cell: nothing to limit cell by cell
-            return submission
-        out = copy.deepcopy(submission)
-        out["cells"] = [_code(_ARM.format(seconds=self.seconds)), *out["cells"], _code(_DISARM)]
-        return out
+        """Start the watchdog (the kernel starts right after this event); the submission runs as it is."""
+        self.watchdog = KernelWatchdog(self.seconds, self.grace).start()
+        return submission
+
+    def after_grading(self, results: Any) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+
+    def generate_report(self) -> str:
+        events = self.watchdog.events if self.watchdog is not None else []
+        return "\n".join(f"time limit ({self.seconds} s a cell): {e}" for e in events)
+
+
+def course_requirements() -> list[str]:
+    """What an Otter autograder's environment installs besides Otter: torch as the course's package metadata pins it
+    (pyproject.toml's dependencies) and the course itself as a chapter's set-up cell installs it (the release)."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        pins = [r.split(";")[0].strip() for r in requires("tfm-lesson") or []]
+    except PackageNotFoundError:
+        pins = []
+    torch = next((r for r in pins if re.match(r"torch\b(?![-_])", r)), "torch")
+    return [torch, install_sources()[0]]
+
+
+def _otter_config(name: str, timeout: int) -> str:
+    """The assignment config cell: no check-all or export cells, test files, the time-limit plugin, and the
+    course's requirements (Otter adds them to the autograder zip's requirements.txt and environment.yml)."""
+    return "\n".join([
+        "# ASSIGNMENT CONFIG", f"name: {_yaml(name)}", "init_cell: true", "check_all_cell: false", "export_cell: false",
+        "run_tests: false", "requirements:", *[f"    - {_yaml(r)}" for r in course_requirements()],
+        "tests:", "    ok_format: false", "    files: true",
+        "plugins:", f"    - {OtterCellTimeLimit.__module__}.OtterCellTimeLimit:", f"        seconds: {int(timeout)}"])
+
+
+def _otter_solution(solution: str, stub: str | None) -> str:
+    """A solution cell in Otter's markers: the student version shows the exercise's stub (its signature and body
+    stub, an Otter prompt) where the solution was; without a stub (or one Otter's quotes cannot hold), ``...``."""
+    quote = next((q for q in ('"""', "'''") if stub and q not in stub), None)
+    if quote is None:
+        return f"# BEGIN SOLUTION\n{solution.rstrip()}\n# END SOLUTION"
+    return (f"# BEGIN SOLUTION NO PROMPT\n{solution.rstrip()}\n# END SOLUTION\n"
+            f"{quote} # BEGIN PROMPT\n{stub.rstrip()}\n{quote}; # END PROMPT")
 
 
 def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> Any:
@@ -169,11 +192,8 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
         first = ex.answer_index if ex.answer_index is not None else ex.solution_index
         starts[first - 1 if first and cells_in[first - 1].get("cell_type") == "markdown" else first] = ex
     skip = {ex.answer_index for ex in exs if ex.answer_index is not None}
-    config = "\n".join(["# ASSIGNMENT CONFIG", f"name: {_yaml(name)}", "init_cell: true", "check_all_cell: false",
-                        "export_cell: false", "run_tests: false", "tests:", "    ok_format: false",
-                        "    files: true", "plugins:", f"    - {OtterCellTimeLimit.__module__}.OtterCellTimeLimit:",
-                        f"        seconds: {int(timeout)}"])
-    cells = [_raw(config)]
+    cells = [_raw(_otter_config(name, timeout))]
+    stubs = {ex.solution_index: cells_in[ex.answer_index]['source'] for ex in exs if ex.answer_index is not None}
     by_solution = {ex.solution_index: ex for ex in exs}
     by_check = {ex.check_index: ex for ex in exs}
     for i, cell in enumerate(cells_in):
@@ -183,13 +203,13 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
         if i in skip:
             continue
         if i in by_solution:
-            solution = f"# BEGIN SOLUTION\n{_clean(cell)['source'].rstrip()}\n# END SOLUTION"
-            cells += [_raw("# BEGIN SOLUTION"), _code(solution), _raw("# END SOLUTION")]
+            cells += [_raw("# BEGIN SOLUTION"), _code(_otter_solution(_clean(cell)["source"], stubs.get(i))),
+                      _raw("# END SOLUTION")]
         elif i in by_check:
             ex = by_check[i]
             params = sorted({n.id for n in ast.walk(ast.parse(f"f({ex.arguments})")) if isinstance(n, ast.Name)} - {"f"})
-            message = (f"{ex.title}: the checker's message above names the mistake (the same message as the "
-                       "check in the chapter).")
+            message = (f"{ex.title}: the checker's message, in the result below, names the mistake (the same "
+                       "message as the check in the chapter).")
             test = "\n".join([
                 '""" # BEGIN TEST CONFIG', f"failure_message: {_yaml(message)}", '""" # END TEST CONFIG',
                 f"def test_ex{ex.number}({', '.join(params)}):", _fresh_check(ex, "    "), "",
@@ -204,10 +224,17 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
 
 NBGRADER_CONFIG = """\
 # nbgrader's settings for this course folder (written by `python -m tfm_lesson.course export`).
+import os, shutil, sys  # noqa: E401
 c = get_config()  # noqa: F821 (nbgrader defines it)
+# nbgrader runs the command `alembic` when it first creates the gradebook: the one installed beside nbgrader, even
+# when nbgrader is run as .venv/bin/nbgrader without activating the environment
+if shutil.which("alembic") is None:
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 c.CourseDirectory.course_id = "tfm_lesson"
 c.CourseDirectory.root = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
-c.Execute.timeout = {timeout}  # seconds per cell; nbgrader interrupts a cell past it and goes on
+# Seconds per cell, kept by nbgrader's own process: it interrupts a cell past the limit and goes on; a cell that
+# catches the interrupt is given up 4 s later, its kernel shut down and that submission reported as not graded.
+c.Execute.timeout = {timeout}
 # A grade cell the student deleted is not put back: its grade waits for the instructor ("needs manual grade", 0
 # until then). nbgrader 0.9.6's add_missing_cells = True stops with a KeyError on a submission whose answer cell is
 # gone too, and that submission is not graded at all.
@@ -219,9 +246,11 @@ c.ClearSolutions.code_stub = {{"python": "# Your turn: write the exercise here (
 
 
 def export(chapter_path: Path, fmt: str, out: Path, assignment: str | None = None,
-           timeout: int = CELL_TIME_LIMIT) -> Path:
+           timeout: int = CELL_TIME_LIMIT, force: bool = False) -> Path:
     """Write the chapter as an nbgrader course folder or an Otter-Grader notebook, each cell of a submission limited
-    to ``timeout`` seconds when graded; returns the notebook written."""
+    to ``timeout`` seconds when graded; returns the notebook written. Nothing is written over the chapter, nor
+    (unless ``force``) over a file of ``out`` that export did not write or that was edited since
+    (:mod:`~tfm_lesson.course.export_record`)."""
     import nbformat
 
     try:
@@ -233,21 +262,23 @@ def export(chapter_path: Path, fmt: str, out: Path, assignment: str | None = Non
         raise CourseError(f"--assignment {name!r}: use letters, digits, '_' and '-' only")
     if timeout <= 0:
         raise CourseError(f"--timeout must be > 0 seconds, got {timeout}")
+    files: dict[Path, str] = {}  # what to write, checked before anything is
     if fmt == "nbgrader":
         target = Path(out) / "source" / name / Path(chapter_path).name
         nb = nbgrader_notebook(chapter)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        config = Path(out) / "nbgrader_config.py"
-        if not config.exists():
-            with atomic_open(config, "w") as f:
-                f.write(NBGRADER_CONFIG.format(timeout=int(timeout)))
+        files[Path(out) / "nbgrader_config.py"] = NBGRADER_CONFIG.format(timeout=int(timeout))
     elif fmt == "otter":
         target = Path(out) / Path(chapter_path).name
         nb = otter_notebook(chapter, name, timeout)
-        target.parent.mkdir(parents=True, exist_ok=True)
     else:
         raise CourseError(f"--format must be nbgrader or otter, got {fmt!r}")
+    check_targets(Path(chapter_path), Path(out), [target, *files], force)
+    target.parent.mkdir(parents=True, exist_ok=True)
     write_notebook(nb, target)
+    for path, text in files.items():
+        with atomic_open(path, "w") as f:
+            f.write(text)
+    remember(Path(out), [target, *files])
     print(f"{target}: {len(exercises(chapter))} exercise(s), {sum(e.points for e in exercises(chapter))} points "
           f"({fmt})", flush=True)
     return target
