@@ -33,17 +33,24 @@ def _imports(path: str) -> list[str]:
             if isinstance(n, ast.Import) or isinstance(n, ast.ImportFrom) and not n.level or own_module(n)]
 
 
-def _lambda(text: str) -> str | None:
-    """The first lambda in ``text`` (the source lines ``inspect`` gives for it), unparsed; None when none parses."""
+def _lambda(text: str, code: Any) -> str | None:
+    """The lambda of ``code`` among those in ``text`` (the source lines ``inspect`` gives for it), unparsed: the one
+    whose arguments and names are the code's; None when none parses."""
     text = text.strip().rstrip(",")
-    for candidate in (text, f"({text})", f"({text}\n)", text.split("=", 1)[-1]):
+    wanted = (code.co_varnames[:code.co_argcount], set(code.co_names))
+    for candidate in (text, f"({text})", f"({text}\n)", text.split("=", 1)[-1], f"{text}\n    pass"):
         try:
             tree = ast.parse(candidate.strip())
         except SyntaxError:
             continue
-        found = next((n for n in ast.walk(tree) if isinstance(n, ast.Lambda)), None)
-        if found is not None:
-            return ast.unparse(found)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Lambda):
+                continue
+            args = tuple(a.arg for a in (*node.args.posonlyargs, *node.args.args))
+            names = {n.id for n in ast.walk(node.body) if isinstance(n, ast.Name)} | {
+                n.attr for n in ast.walk(node.body) if isinstance(n, ast.Attribute)}
+            if args == wanted[0] and wanted[1] <= names:
+                return ast.unparse(node)
     return None
 
 
@@ -83,7 +90,7 @@ def _source_of(obj: Any) -> tuple[str, str | None]:
                    if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("test_")]
     imports = [*imports, *module_defs]  # the learner's helpers, as the cells before the answer hold them
     if getattr(target, "__name__", None) == "<lambda>":
-        found = _lambda(own)
+        found = _lambda(own, target.__code__)
         return (CELL.join([*imports, f"_answer = {found}"]), "_answer") if found else (CELL.join(imports), None)
     return CELL.join([*imports, own]), target.__name__
 
