@@ -7,7 +7,7 @@ What Colab changes, and this script does: ``nbformat_minor`` 0; no top-level cel
 12 characters, in ``metadata.id``); a ``metadata.colab`` block, ``accelerator`` and Colab's kernelspec; cell
 metadata cut down to what Colab keeps (``id``, ``tags``, ``cellView``; a run code cell gets ``colab`` and
 ``outputId``); each ``source`` a list of lines. What the learner did: typed answers into the "your turn" cells,
-exercise 2's with the heads merged without the transpose (a wrong answer: the grade must be 6 / 9). Figures in the
+exercise 3's scaling the scores by sqrt(d_model), not sqrt(d_k) (a wrong answer: the grade must be 6 / 9). Figures in the
 stored outputs are dropped to keep the file small; text outputs stay.
 """
 from __future__ import annotations
@@ -24,11 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
 OUT = ROOT / "tests" / "fixtures" / "colab_03_multi_head_attention.ipynb"
 
-MERGE_WRONG = """\
-def merge_heads(x):
-    batch, heads, length, d_k = x.shape
-    return x.reshape(batch, length, heads * d_k)  # the heads were not moved back beside each other
-"""
+SCALED_BY = ("/ math.sqrt(self.d_k)", "/ math.sqrt(self.heads * self.d_k)")  # sqrt(d_model): the learner's slip
 
 _KEPT = ("tags", "cellView")
 
@@ -43,7 +39,9 @@ def colab_notebook(chapter, seed: int = 3) -> dict:
     from tfm_lesson.course.grading import exercises
 
     worked = copy_chapter_answers(chapter)
-    worked["cells"][exercises(chapter)[1].answer_index]["source"] = MERGE_WRONG
+    third = worked["cells"][exercises(chapter)[2].answer_index]
+    assert SCALED_BY[0] in third["source"], "exercise 3's solution changed: update SCALED_BY"
+    third["source"] = third["source"].replace(*SCALED_BY)
     rng = random.Random(seed)
     alphabet = string.ascii_letters + string.digits + "-_"
     cells = []
