@@ -7,7 +7,8 @@ What Colab changes, and this script does: ``nbformat_minor`` 0; no top-level cel
 12 characters, in ``metadata.id``); a ``metadata.colab`` block, ``accelerator`` and Colab's kernelspec; cell
 metadata cut down to what Colab keeps (``id``, ``tags``, ``cellView``; a run code cell gets ``colab`` and
 ``outputId``); each ``source`` a list of lines. What the learner did: typed answers into the "your turn" cells,
-exercise 3's scaling the scores by sqrt(d_model), not sqrt(d_k) (a wrong answer: the grade must be 6 / 9). Figures in the
+exercise 3's scaling the scores by sqrt(d_model), not sqrt(d_k) (a wrong answer: the grade must be 6 / 9), and
+deleted exercise 1's comment-only stub cell (nothing to count the exercises' cells by). Figures in the
 stored outputs are dropped to keep the file small; text outputs stay.
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ def colab_notebook(chapter, seed: int = 3) -> dict:
     third = worked["cells"][exercises(chapter)[2].answer_index]
     assert SCALED_BY[0] in third["source"], "exercise 3's solution changed: update SCALED_BY"
     third["source"] = third["source"].replace(*SCALED_BY)
+    del worked["cells"][exercises(chapter)[0].solution_index]  # the stub: the student copy keeps the chapter's cells
     rng = random.Random(seed)
     alphabet = string.ascii_letters + string.digits + "-_"
     cells = []

@@ -98,13 +98,14 @@ def test_answers_are_found_however_the_notebook_was_saved(chapter, right, minor,
 
 def test_the_colab_fixture_is_a_colab_save_and_its_answers_are_found(chapter, right):
     """The fixture is what Colab writes (minor 0, ids only in metadata.id, Colab's metadata), and it holds the
-    answers typed in, exercise 3's wrong on purpose."""
+    answers typed in, exercise 3's wrong on purpose, and no stub cell for exercise 1 (the learner deleted it)."""
     raw = json.loads(COLAB.read_text())
     assert (raw["nbformat"], raw["nbformat_minor"]) == (4, 0)
     assert {"colab", "accelerator"} <= set(raw["metadata"])
     assert not any("id" in c for c in raw["cells"]) and all(c["metadata"].get("id") for c in raw["cells"])
     nb = read_submission(COLAB)
     assert not any(cell_id(c) == cell_id(o) for c in nb.cells for o in chapter.cells)  # no chapter id to go by
+    assert len([c for c in nb.cells if "solution" in c.metadata.get("tags", [])]) == 2
     found, notes = answers(nb, chapter, exercises(chapter))
     typed = _typed(chapter, right)
     assert found[1] == typed[1] and found[2] == typed[2]
