@@ -196,3 +196,23 @@ def test_ctrl_c_keeps_every_finished_grade_and_resume_grades_the_rest(klass):
     assert len(rows) == 5 * 3 and len({(r["submission"], r["exercise"]) for r in rows}) == 15
     assert rows[:len(kept)] == kept or all(r in rows for r in kept)
     assert re.search(rf"{len(kept) // 3} submission\(s\) already in", again.stdout)
+
+
+@pytest.mark.slow
+def test_a_cell_keeps_at_most_the_cap_of_its_output_and_the_end_of_what_it_printed(tmp_path):
+    """8 MB printed in pieces, a line after it: the cell keeps 1 MB and the last 64 KB (the line among them), and
+    says how much it dropped."""
+    from tfm_lesson.course.grading_kernel import DROPPED_KEY, KEPT_TAIL, MAX_CELL_OUTPUT, Kernel, cell_text, kernel_spec
+
+    kernel_spec(tmp_path, 0, 120)
+    (tmp_path / "work").mkdir()
+    kernel = Kernel(tmp_path, tmp_path / "work", 120)
+    kernel.start()
+    try:
+        cell = kernel.run("for _ in range(80):\n    print('z' * 100_000)\nprint('THE END')")
+    finally:
+        kernel.stop()
+    text = cell_text(cell)
+    assert MAX_CELL_OUTPUT <= len(text) <= MAX_CELL_OUTPUT + KEPT_TAIL + 200_000
+    assert text.rstrip().endswith("THE END")
+    assert cell.metadata[DROPPED_KEY] >= 8_000_000 - MAX_CELL_OUTPUT - 200_000

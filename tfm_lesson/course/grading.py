@@ -210,7 +210,7 @@ def _all_zero(name: str, exs: list[Exercise], reason: str, notes: list[str] | No
 
 
 def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int,
-              memory_mb: int, name: str | None = None, sandbox: bool = False, whole: Any = None) -> Graded:
+              memory_mb: int, name: str | None = None, sandbox: bool = False, whole: KernelGroup | None = None) -> Graded:
     """Grade one submission; never raises for anything the submission does. ``whole``: the class it belongs to,
     which can stop its kernel (Ctrl-C)."""
     import nbclient.exceptions  # noqa: F401  (the grader's own dependency: missing, it raises here, not as a score)
@@ -262,7 +262,7 @@ def submissions(paths: list[Path]) -> list[Path]:
     return found
 
 
-def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], Graded], jobs: int) -> None:
+def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], None], jobs: int) -> None:
     """Grade ``todo`` ``jobs`` at a time; on Ctrl-C or a failure (the CSV cannot be written), stop every kernel,
     start nothing more, and raise it."""
     whole = KernelGroup()

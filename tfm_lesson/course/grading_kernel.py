@@ -40,14 +40,26 @@ def _capped_client(**kwargs: Any) -> Any:
             text = content.get("text", "") if kind == "stream" else ""
             size = len(text) if kind == "stream" else len(json.dumps(content.get("data", {})))
             state = self.tfm_output.setdefault(cell_index, {"kept": 0, "dropped": 0, "tail": "", "name": "stdout"})
-            if state["kept"] + size <= MAX_CELL_OUTPUT:
+            room = MAX_CELL_OUTPUT - state["kept"]
+            if size <= room:
                 state["kept"] += size
                 return super().output(outs, msg, display_id, cell_index)
-            state["dropped"] += size
+            kept = None
             if kind == "stream":
+                if room > 0:  # the head of the text, up to the limit
+                    state["kept"] += room
+                    kept = super().output(outs, {**msg, "content": {**content, "text": text[:room]}}, display_id,
+                                          cell_index)
+                    text = text[room:]
                 state["tail"] = (state["tail"] + text[-KEPT_TAIL:])[-KEPT_TAIL:]
                 state["name"] = content.get("name", "stdout")
-            return None
+                size = len(text)
+            state["dropped"] += size
+            return kept
+
+        def _update_display_id(self, display_id: str, msg: dict) -> None:
+            if len(json.dumps(msg["content"].get("data", {}))) <= MAX_CELL_OUTPUT:  # a bigger update is dropped
+                super()._update_display_id(display_id, msg)
 
     client = Capped(**kwargs)
     client.tfm_output = {}

@@ -108,7 +108,7 @@ class GradeBook:
         _write_rows(self.rows, self.path)
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#+\-.!|~])")
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>!|~&])")  # what can start emphasis, code, a link, HTML or an entity
 
 
 def _plain(text: str) -> str:
