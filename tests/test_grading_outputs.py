@@ -5,7 +5,6 @@ checker's message cannot forge a feedback page."""
 from __future__ import annotations
 
 import csv
-import os
 import re
 import signal
 import subprocess

@@ -209,8 +209,8 @@ def _all_zero(name: str, exs: list[Exercise], reason: str, notes: list[str] | No
     return Graded(name, [Result(ex, False, reason) for ex in exs], notes or [])
 
 
-def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int,
-              memory_mb: int, name: str | None = None, sandbox: bool = False, whole: KernelGroup | None = None) -> Graded:
+def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int, memory_mb: int,
+              name: str | None = None, sandbox: bool = False, whole: KernelGroup | None = None) -> Graded:
     """Grade one submission; never raises for anything the submission does. ``whole``: the class it belongs to,
     which can stop its kernel (Ctrl-C)."""
     import nbclient.exceptions  # noqa: F401  (the grader's own dependency: missing, it raises here, not as a score)
