@@ -104,6 +104,15 @@ def test_an_output_that_would_overwrite_or_cannot_be_written_is_refused_before_a
     assert {p: p.read_bytes() for p in klass.rglob("*") if p.is_file()} == before
 
 
+def test_resume_refuses_the_grades_of_another_chapter(klass, monkeypatch):
+    from tfm_lesson.course import CourseError, grading, grading_kernel
+
+    monkeypatch.setattr(grading_kernel.Kernel, "start", lambda self: pytest.fail("a kernel started"))
+    (klass / "g.csv").write_text(",".join(CSV_HEADER) + "\nsubs/a.ipynb,Exercise 1: masks,True,3,3,\n")
+    with pytest.raises(CourseError, match="--resume: the grades in .* other exercises"):
+        grading.grade(klass / "ch.ipynb", [klass / "subs"], klass / "g.csv", resume=True, sandbox=not SANDBOX)
+
+
 def test_the_command_line_says_it_as_a_usage_error(klass):
     """Exit 2 and the flag named, from the command line."""
     out = _grade(str(klass / "ch.ipynb"), str(klass / "subs"), "--csv", str(klass / "ch.ipynb"), timeout=300)
