@@ -23,6 +23,7 @@ from tfm_lesson.course.grading_kernel import kernel_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
+COLAB = ROOT / "tests" / "fixtures" / "colab_03_multi_head_attention.ipynb"  # tests/make_colab_fixture.py writes it
 
 pytestmark = pytest.mark.slow  # each submission runs in its own kernel: several seconds each
 
@@ -110,9 +111,34 @@ _replay.record = _forged_record
 """
 
 
+LOUD_MERGE = """\
+def merge_heads(x):
+    print("y" * 400_000)  # at every call of the check: megabytes in all
+    batch, heads, length, d_k = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * d_k)
+"""
+
+
+def _old_jupyter(nb):
+    """``nb`` as an older Jupyter saves it (nbformat 4.4, no cell ids), after the learner deleted exercise 1's stub,
+    pasted one more stub after exercise 2's and moved exercise 2's answer below its check."""
+    out = copy.deepcopy(nb)
+    out["nbformat_minor"] = 4
+    for cell in out["cells"]:
+        cell.pop("id", None)
+    cells = out["cells"]
+    stubs = [j for j, c in enumerate(cells) if "solution" in c.get("metadata", {}).get("tags", [])]
+    del cells[stubs[0]]
+    merge = next(j for j, c in enumerate(cells) if c["source"].startswith("def merge_heads"))
+    answer = cells.pop(merge)
+    cells.insert(merge + 1, nbformat.v4.new_code_cell(cells[merge]["source"], metadata={"tags": ["solution"]}))
+    cells.insert(merge + 3, answer)  # after the stub, the pasted stub and the check
+    return out
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One class of five submissions, graded once through the command line (two at a time)."""
+    """One class of twelve submissions, graded once through the command line (two at a time)."""
     tmp = tmp_path_factory.mktemp("class")
     chapter = _chapter()
     right = copy_chapter_answers(chapter)
@@ -134,10 +160,15 @@ def graded(tmp_path_factory):
     _write(hostile, subs / "hostile.ipynb")
     hog = _with(right, 3, "x = bytearray(64 * 2**30)\n" + chapter["cells"][ex3.solution_index]["source"])
     _write(hog, subs / "memory_hog.ipynb")
-    snoop = _with(right, 1, SNOOP.format(chapter=CHAPTER, out=tmp) + right["cells"][exercises(chapter)[0].answer_index]["source"])
-    _write(snoop, subs / "snoop.ipynb")
     ex1 = exercises(chapter)[0]
+    snoop = _with(right, 1, SNOOP.format(chapter=CHAPTER, out=tmp) + right["cells"][ex1.answer_index]["source"])
+    _write(snoop, subs / "snoop.ipynb")
     _write(_with(blank, 1, FORGE + blank["cells"][ex1.answer_index]["source"]), subs / "forger.ipynb")
+    (subs / "colab.ipynb").write_bytes(COLAB.read_bytes())  # downloaded from Colab: exercise 3 wrong on purpose
+    _write(_old_jupyter(right), subs / "old_jupyter.ipynb")
+    loud = _with(right, 1, "print('x' * 3_000_000)  # 3 MB in one cell\n" + right["cells"][ex1.answer_index]["source"])
+    loud = _with(loud, 2, LOUD_MERGE)
+    _write(loud, subs / "loud.ipynb")
     (subs / "notes.ipynb").write_text("these are my notes, not a notebook")
     (subs / "zero.ipynb").write_bytes(b"")
     out = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "grade", str(CHAPTER), str(subs),
@@ -152,7 +183,7 @@ def graded(tmp_path_factory):
 
 def test_csv_has_one_row_per_submission_and_exercise(graded):
     table, _, _ = graded
-    assert len(table) == 8 * 3
+    assert len(table) == 11 * 3
     assert all(set(r) == {"submission", "exercise", "passed", "points", "max_points", "message"}
                for r in table.values())
     assert table[("correct", 3)]["exercise"] == "Exercise 3: the whole module"
@@ -208,8 +239,32 @@ def test_files_that_are_not_notebooks_score_zero_with_the_reason(graded):
     table, feedback, stdout = graded
     assert "not a notebook Jupyter can read" in table[("notes", 1)]["message"]
     assert "the file is empty" in table[("zero", 2)]["message"]
-    assert len(list(feedback.glob("*.md"))) == 8
-    assert "8 submission(s) graded" in stdout
+    assert len(list(feedback.glob("*.md"))) == 11
+    assert "11 submission(s) graded" in stdout
+
+
+def test_notebooks_from_colab_and_older_jupyter_are_graded_on_their_answers(graded):
+    """The Colab download (nbformat 4.0, ids in metadata.id) and the 4.4 notebook without ids, a stub deleted, one
+    pasted and an answer moved: each exercise scores what its answer earns (the Colab one's exercise 3 is wrong)."""
+    table, feedback, _ = graded
+    from tfm_lesson.checks.heads import SCALE_D_MODEL
+
+    assert [table[("colab", n)]["points"] for n in (1, 2, 3)] == ["3", "3", "0"]
+    assert SCALE_D_MODEL in table[("colab", 3)]["message"]
+    assert [table[("old_jupyter", n)]["points"] for n in (1, 2, 3)] == ["3", "3", "3"]
+    page = (feedback / next(p.name for p in feedback.iterdir() if "old_jupyter" in p.name)).read_text()
+    assert "missing" not in page and "**Score: 9 / 9**" in page
+
+
+def test_huge_output_is_dropped_with_a_note_and_costs_no_points(graded):
+    """3 MB printed by an exercise cell and megabytes printed by an answer while its check runs: the grader keeps
+    1 MB a cell, says so on the page, and the score is the answers' (full marks)."""
+    table, feedback, _ = graded
+    assert [table[("loud", n)]["points"] for n in (1, 2, 3)] == ["3", "3", "3"]
+    page = (feedback / next(p.name for p in feedback.iterdir() if "loud" in p.name)).read_text()
+    assert "Exercise 1: split the heads: your exercise cell printed" in page
+    assert "Exercise 2: merge the heads: your code, while its check ran, printed" in page
+    assert "the score does not depend on it" in page and len(page) < 100_000
 
 
 def test_a_huge_file_is_refused_unread(tmp_path, monkeypatch):

@@ -32,7 +32,8 @@ def _check_notebook_argument(parser: argparse.ArgumentParser, path: Path) -> Non
 
 def class_main(argv: list[str]) -> int:
     """``grade`` and ``export``, the two class commands of ``python -m tfm_lesson.course``. Exit 0 when done,
-    2 for a usage error (bad arguments, a chapter without solutions, a missing submission path)."""
+    2 for a usage error (bad arguments, a chapter without solutions, a missing submission path, an output path that
+    would overwrite something or cannot be written, a ``--memory`` the kernel cannot start under), 130 on Ctrl-C."""
     from . import grading
     from .export import export
 
@@ -42,12 +43,16 @@ def class_main(argv: list[str]) -> int:
                         description=grading.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     gr.add_argument("chapter", type=Path, help="the instructor's chapter (with solutions)")
     gr.add_argument("submissions", nargs="+", type=Path, help="student notebooks, or folders of them")
-    gr.add_argument("--csv", type=Path, required=True, help="where to write the grades")
+    gr.add_argument("--csv", type=Path, required=True,
+                    help="where to write the grades (a new file, or with --resume the table of an earlier run); each "
+                         "submission's rows are written as soon as it is graded")
     gr.add_argument("--feedback", type=Path, help="a folder for one Markdown feedback page per submission")
     gr.add_argument("--timeout", type=int, default=grading.DEFAULT_TIMEOUT, help="seconds per cell (default %(default)s)")
     gr.add_argument("--memory", type=int, default=grading.DEFAULT_MEMORY_MB,
                     help="MB of address space per kernel, 0 = no limit (default %(default)s)")
     gr.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    gr.add_argument("--resume", action="store_true",
+                    help="keep the grades already in --csv and grade only the submissions not in it")
     gr.add_argument("--no-sandbox", action="store_true",
                     help="run student code without the bubblewrap sandbox (with your own rights; said on every report)")
     ex = sub.add_parser("export", help="write the chapter as an nbgrader or Otter-Grader assignment")
@@ -66,12 +71,14 @@ def class_main(argv: list[str]) -> int:
     try:
         if args.command == "grade":
             grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs,
-                          sandbox=not args.no_sandbox)
+                          sandbox=not args.no_sandbox, resume=args.resume)
         else:
             export(args.chapter, args.format, args.out, args.assignment, args.timeout, args.force)
     except CourseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # grade said what it kept
+        return 130
     return 0
 
 

@@ -28,6 +28,34 @@ class Exercise:
     check_index: int
     checker: str  # "check_split_heads"
     arguments: str  # "split_heads" or "my_attention, corner_cases=False"
+    names: tuple[str, ...] = ()  # what the answer must define, found in a submission by them: ("split_heads",)
+
+
+def defined_names(source: str) -> set[str]:
+    """The names a cell defines at its top level (functions, classes, assigned names); none when it does not parse."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _answer_names(answer: str, solution: str, arguments: str) -> tuple[str, ...]:
+    """The names an exercise's answer defines that its check is called with (``split_heads``); without such a name,
+    every name the "your turn" cell (else the solution) defines."""
+    defined = defined_names(answer) or defined_names(solution)
+    try:
+        passed = {n.id for n in ast.walk(ast.parse(arguments or "None")) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        passed = set()
+    return tuple(sorted(defined & passed or defined))
 
 
 def _check_call(source: str, where: str) -> tuple[str, str]:
@@ -66,8 +94,9 @@ def exercises(chapter: Any) -> list[Exercise]:
                      and _TITLE.search(c["source"])), "")
         title = _TITLE.search(text).group(1).strip() if text else f"Exercise {n}"
         importance = _IMPORTANCE.search(text)
+        names = _answer_names(cells[answer]["source"] if answer is not None else "", cell["source"], arguments)
         found.append(Exercise(n, title, int(importance.group(1)) if importance else 1, answer, i, check,
-                              checker, arguments))
+                              checker, arguments, names))
     if not found:
         raise CourseError("the chapter has no solution cells: pass the instructor's chapter, not a student copy")
     return found

@@ -1,40 +1,53 @@
 """Grade a class: run each student's exercise cells inside the instructor's chapter and score them with the checkers.
 
     python -m tfm_lesson.course grade notebooks/03_multi_head_attention.ipynb submissions/ --csv grades.csv \\
-        --feedback feedback/ [--timeout 60] [--memory 4096] [--jobs 2]
+        --feedback feedback/ [--timeout 60] [--memory 4096] [--jobs 2] [--resume]
 
-For each submission (a student copy the student worked in):
+Before anything runs, ``--csv`` and ``--feedback`` are checked (never the chapter, a submission or a file that is not
+a grades table; a file where a file goes, a folder where a folder goes; writable), and one kernel is started under
+``--memory``: a usage error (exit 2) names the flag. Each submission's rows are written into the CSV as soon as it is
+graded (the whole table again, atomically), so Ctrl-C or a crash keeps them; ``--resume`` grades only the submissions
+not yet in it.
+
+For each submission (a student copy the student worked in, saved by any Jupyter or Colab):
 
 * only its exercise cells are taken: the "your turn" cell before each solution and the stub that replaced the
-  solution (matched by cell id, else by the order of the solution-tagged cells). They run, in order, among the
-  chapter's own definitions (its imports, functions and classes; no training, no plots), in a fresh kernel with a
-  memory limit and a time limit per cell. Anything else the student added or changed is ignored and listed.
+  solution, found by the chapter's cell ids where the notebook kept them, else by the names the exercise defines
+  (``split_heads``) between its title and its check, never by position (:mod:`.submission`). They run, in order,
+  among the chapter's own definitions (its imports, functions and classes; no training, no plots), in a fresh
+  kernel with a memory limit and a time limit per cell. Anything else the student added or changed is ignored and
+  listed.
 * each check is computed in the grader's own process, not in the kernel: the kernel only runs the student's code on
   the checker's inputs and records what it returned (:mod:`tfm_lesson.course.verdicts`,
   :mod:`tfm_lesson.checks._replay`); the comparison, the named mistake and the pass happen here, and the source rules
   read the code the grader extracted. Nothing an answer patches inside its kernel (``print``, ``importlib``,
   ``torch``, IPython's events) can change a verdict; the chapter's own check cell is not run.
 * an endless loop or a memory hog costs that exercise its points (the kernel is restarted and the other
-  exercises go on); an empty, broken, huge or non-notebook file scores 0 with the reason.
+  exercises go on); an empty, broken, huge or non-notebook file scores 0 with the reason; of a cell's output the
+  grader keeps 1 MB (and the end of what it printed), the rest is dropped with a note, whatever the score.
 
 Points: each exercise is worth its **Importance** (1 to 3, the label above it in the chapter); an exercise without
 the label is worth 1. The CSV has one row per submission and exercise: ``submission, exercise, passed, points,
-max_points, message`` (the checker's message verbatim); ``--feedback`` writes one Markdown page per submission.
+max_points, message`` (the checker's message verbatim); ``--feedback`` writes one Markdown page per submission
+(the checker's messages fenced so that nothing in them can end the code block or write a score line).
 """
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from .cells import CourseError, is_setup_cell
 from .exercises import Exercise, chapter_definitions, exercises
-from .grading_kernel import Kernel, cell_error, kernel_spec
-from .grading_report import Graded, Result, feedback_page, write_csv, write_feedback
+from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Kernel, KernelGroup, cell_error,
+                             check_kernel, kernel_spec)
+from .grading_report import (GradeBook, Graded, Result, check_outputs, feedback_page, page_names, write_csv,
+                             write_page)
 from .submission import MAX_BYTES, answers, read_submission
 from .verdicts import check_call, check_cell, verdict
 
@@ -44,7 +57,6 @@ __all__ = ["grade", "grade_one", "submissions", "exercises", "read_submission", 
            "Exercise", "Result", "Graded", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_MB", "MAX_BYTES"]
 
 DEFAULT_TIMEOUT = 60  # seconds per cell (an exercise cell, a check)
-DEFAULT_MEMORY_MB = 4096  # address space of the kernel (torch alone maps about 1 GB)
 
 
 # the plan of one submission -----------------------------------------------------------------------------------------
@@ -135,9 +147,22 @@ def _restart(kernel: Kernel, before: list[Step], broken: dict[int, str]) -> None
             kernel.run(source)
 
 
-def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int, memory_mb: int) -> None:
+def _dropped_note(step: Step, cell: Any) -> str | None:
+    """The feedback's note on a cell whose output was over the grader's limit (dropped; the score does not care)."""
+    dropped = cell.get("metadata", {}).get(DROPPED_KEY)
+    if not dropped or step.exercise is None:
+        return None
+    what = "your exercise cell" if step.kind == "answer" else "your code, while its check ran,"
+    return (f"{step.exercise.title}: {what} printed {dropped / 2**20:.1f} MB past the {MAX_CELL_OUTPUT // 2**20} MB "
+            "of output the grader keeps of a cell; that part was dropped (its end kept), and the score does not "
+            "depend on it")
+
+
+def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int, memory_mb: int,
+              notes: list[str] | None = None) -> None:
     """Run the plan cell by cell. A cell that hangs or kills the kernel costs its exercise (the kernel is restarted,
-    the rest goes on); a chapter cell that does leaves every exercise not yet graded with the reason."""
+    the rest goes on); a chapter cell that does leaves every exercise not yet graded with the reason. Output over
+    the grader's limit is noted in ``notes``."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     for done, step in enumerate(plan, start=1):
@@ -156,6 +181,9 @@ def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int,
             outcome.broken[ex.number] = reason
             _restart(kernel, plan[:done], outcome.broken)  # replay what stands before it
             continue
+        note = _dropped_note(step, cell)
+        if note and notes is not None:
+            notes.append(note)
         outcome.record(step, cell)
 
 
@@ -164,9 +192,10 @@ def _all_zero(name: str, exs: list[Exercise], reason: str, notes: list[str] | No
     return Graded(name, [Result(ex, False, reason) for ex in exs], notes or [])
 
 
-def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int,
-              memory_mb: int, name: str | None = None, sandbox: bool = False) -> Graded:
-    """Grade one submission; never raises for anything the submission does."""
+def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int, memory_mb: int,
+              name: str | None = None, sandbox: bool = False, whole: KernelGroup | None = None) -> Graded:
+    """Grade one submission; never raises for anything the submission does. ``whole``: the class it belongs to,
+    which can stop its kernel (Ctrl-C)."""
     import nbclient.exceptions  # noqa: F401  (the grader's own dependency: missing, it raises here, not as a score)
 
     name = name or str(path)
@@ -184,14 +213,14 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         for ex in exs:
             if found[ex.number] is None:
                 outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
-        kernel = Kernel(kernel_dir, Path(work), timeout, sandbox=sandbox)
+        kernel = (whole.kernel if whole is not None else Kernel)(kernel_dir, Path(work), timeout, sandbox=sandbox)
         try:
             kernel.start()
         except Exception as exc:
             return _all_zero(name, exs, f"not graded: the kernel did not start ({type(exc).__name__}: {exc})",
                              notes)
         try:
-            _run_plan(kernel, plan, outcome, timeout, memory_mb)
+            _run_plan(kernel, plan, outcome, timeout, memory_mb, notes)
         except Exception as exc:  # the replay failed too, or something nobody foresaw: the rest scores 0
             for r in outcome.results.values():
                 if not r.passed and not r.message:
@@ -217,16 +246,56 @@ def submissions(paths: list[Path]) -> list[Path]:
     return found
 
 
+def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], None], jobs: int) -> None:
+    """Grade ``todo`` ``jobs`` at a time; on Ctrl-C or a failure (the CSV cannot be written), stop every kernel,
+    start nothing more, and raise it."""
+    whole = KernelGroup()
+
+    def guarded(path: Path) -> None:
+        if not whole.stopped.is_set():
+            one(path, whole)
+
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(guarded, path) for path in todo]
+    try:
+        for future in futures:
+            future.result()
+    except BaseException:
+        whole.stop()
+        for future in futures:
+            future.cancel()
+        pool.shutdown(wait=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
-          sandbox: bool = True) -> list[Graded]:
-    """Grade every submission against ``chapter_path``; write the CSV (and the feedback pages). Each submission's
-    kernel runs in the sandbox (:mod:`tfm_lesson.course.sandbox`) unless ``sandbox`` is False. CourseError for an
-    instructor's mistake (a chapter without solutions, a missing path, no sandbox to be had), before anything runs."""
+          sandbox: bool = True, resume: bool = False) -> list[Graded]:
+    """Grade every submission against ``chapter_path`` (with ``resume``, those not yet in ``csv_path``); each one's
+    rows go into the CSV (and its feedback page is written) as soon as it is graded, so an interruption keeps them.
+    Each submission's kernel runs in the sandbox (:mod:`tfm_lesson.course.sandbox`) unless ``sandbox`` is False.
+    CourseError for an instructor's mistake (a chapter without solutions, a missing path, an output that would
+    overwrite something or cannot be written, a kernel that cannot start under ``memory_mb``, no sandbox to be had),
+    before any submission runs."""
     import nbformat
 
     if timeout <= 0 or memory_mb < 0 or jobs < 1:
         raise CourseError("--timeout must be > 0 seconds, --memory >= 0 MB (0 = no limit), --jobs >= 1")
+    files = submissions(paths)
+    check_outputs(csv_path, feedback, chapter_path, files, resume)
+    try:
+        chapter = nbformat.read(chapter_path, as_version=4)
+    except Exception as exc:
+        raise CourseError(f"chapter {chapter_path}: cannot read it ({exc})") from None
+    exs = exercises(chapter)
+    for ex in exs:
+        check_call(ex)  # a check whose keywords are not literals is refused before anything runs
+    book = GradeBook(csv_path, exs, [str(p) for p in files], resume)
+    done = book.done()
+    done_paths = {Path(name).resolve() for name in done}
+    todo = [p for p in files if str(p) not in done and p.resolve() not in done_paths]
+    pages = page_names([str(p) for p in files])
     if sandbox:
         from .sandbox import SandboxUnavailable, check_sandbox
 
@@ -237,34 +306,41 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     else:
         print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
               "your files; every feedback page says so", flush=True)
-    try:
-        chapter = nbformat.read(chapter_path, as_version=4)
-    except Exception as exc:
-        raise CourseError(f"chapter {chapter_path}: cannot read it ({exc})") from None
-    exs = exercises(chapter)
-    for ex in exs:
-        check_call(ex)  # a check whose keywords are not literals is refused before anything runs
-    files = submissions(paths)
+    if resume:
+        print(f"--resume: {len(files) - len(todo)} submission(s) already in {csv_path}, {len(todo)} to grade",
+              flush=True)
+    graded: list[Graded] = []
     kernel_dir = Path(tempfile.mkdtemp(prefix="tfm-grade-kernel-"))
+    start = time.perf_counter()
     try:
         kernel_spec(kernel_dir, memory_mb, timeout)
-        start = time.perf_counter()
+        if todo:
+            check_kernel(kernel_dir, timeout, memory_mb, sandbox)
 
-        def one(path: Path) -> Graded:
-            g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox)
+        def one(path: Path, whole: KernelGroup) -> None:
+            g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox, whole=whole)
+            if whole.stopped.is_set():
+                return  # stopped midway: not a grade
             g.sandboxed = sandbox
+            book.add(g)
+            if feedback is not None:
+                write_page(g, feedback, pages[g.submission], chapter_path.stem)
+            graded.append(g)
             score = sum(r.points for r in g.results)
             print(f"{path}: {score} / {sum(e.points for e in exs)} ({g.seconds:.1f} s)"
                   + ("" if sandbox else ", without a sandbox"), flush=True)
-            return g
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            graded = list(pool.map(one, files))
+        try:
+            _grade_all(todo, one, jobs)
+        except KeyboardInterrupt:
+            print(f"interrupted: the {len(graded)} submission(s) graded are in {csv_path}; run the same command with "
+                  "--resume to grade the rest", file=sys.stderr, flush=True)
+            raise
     finally:
         shutil.rmtree(kernel_dir, ignore_errors=True)
-    write_csv(graded, csv_path)
-    if feedback is not None:
-        write_feedback(graded, feedback, chapter_path.stem)
+    if not csv_path.exists():  # nothing to grade (all resumed): the table is still there to read
+        book.write()
     print(f"{len(graded)} submission(s) graded in {time.perf_counter() - start:.1f} s: {csv_path}"
           + (f", feedback pages in {feedback}" if feedback else ""), flush=True)
-    return graded
+    order = {str(p): k for k, p in enumerate(files)}
+    return sorted(graded, key=lambda g: order.get(g.submission, len(order)))

@@ -1,17 +1,69 @@
 """The kernel a submission runs in, from the grader's side: its kernel spec (the memory limit, one thread, the
 package on the path: :func:`kernel_spec`), a restartable client that runs one cell at a time under the time limit
-(:class:`Kernel`), and what a run cell printed or raised (:func:`cell_text`, :func:`cell_error`).
+(:class:`Kernel`, which keeps at most :data:`MAX_CELL_OUTPUT` of a cell's output), and what a run cell printed or
+raised (:func:`cell_text`, :func:`cell_error`); one kernel tried before a class is graded (:func:`check_kernel`), and
+the kernels of a class, stopped together on Ctrl-C (:class:`KernelGroup`).
 The kernel process itself is :mod:`tfm_lesson.course._grade_kernel`."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 from .._io import PACKAGE
+from .cells import CourseError
+
+DEFAULT_MEMORY_MB = 4096  # address space of the kernel (torch alone maps about 1 GB)
+MAX_CELL_OUTPUT = 1024 * 1024  # characters of output the grader keeps of one cell; the rest is dropped, said in notes
+KEPT_TAIL = 64 * 1024  # of what is dropped, the end of the printed text is kept (a check's verdict comes last)
+DROPPED_KEY = "tfm_dropped_output"  # a run cell's metadata: how much of its output was dropped
+
+
+def _capped_client(**kwargs: Any) -> Any:
+    """An nbclient ``NotebookClient`` that keeps at most :data:`MAX_CELL_OUTPUT` of each cell's output (errors are
+    always kept) and, past it, only the last :data:`KEPT_TAIL` of the printed text: an answer that prints a gigabyte
+    costs the grader no memory."""
+    from nbclient import NotebookClient
+
+    class Capped(NotebookClient):
+        def output(self, outs: list, msg: dict, display_id: str | None, cell_index: int) -> Any:
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "error":
+                return super().output(outs, msg, display_id, cell_index)
+            text = content.get("text", "") if kind == "stream" else ""
+            size = len(text) if kind == "stream" else len(json.dumps(content.get("data", {})))
+            state = self.tfm_output.setdefault(cell_index, {"kept": 0, "dropped": 0, "tail": "", "name": "stdout"})
+            room = MAX_CELL_OUTPUT - state["kept"]
+            if size <= room:
+                state["kept"] += size
+                return super().output(outs, msg, display_id, cell_index)
+            kept = None
+            if kind == "stream":
+                if room > 0:  # the head of the text, up to the limit
+                    state["kept"] += room
+                    kept = super().output(outs, {**msg, "content": {**content, "text": text[:room]}}, display_id,
+                                          cell_index)
+                    text = text[room:]
+                state["tail"] = (state["tail"] + text[-KEPT_TAIL:])[-KEPT_TAIL:]
+                state["name"] = content.get("name", "stdout")
+                size = len(text)
+            state["dropped"] += size
+            return kept
+
+        def _update_display_id(self, display_id: str, msg: dict) -> None:
+            if len(json.dumps(msg["content"].get("data", {}))) <= MAX_CELL_OUTPUT:  # a bigger update is dropped
+                super()._update_display_id(display_id, msg)
+
+    client = Capped(**kwargs)
+    client.tfm_output = {}
+    return client
 
 
 def cell_text(cell: Any) -> str:
@@ -60,8 +112,6 @@ class Kernel:
         import nbformat
         from jupyter_client import AsyncKernelManager
         from jupyter_client.kernelspec import KernelSpecManager
-        from nbclient import NotebookClient
-
         spec_dir = self._sandboxed_spec() if self.sandbox else self.kernel_dir
         km = AsyncKernelManager(kernel_name="tfm-grade", kernel_spec_manager=KernelSpecManager(
             kernel_dirs=[str(spec_dir)], ensure_native_kernel=False))
@@ -69,7 +119,7 @@ class Kernel:
             km.transport = "ipc"
             km.ip = str(self.workdir / "sockets" / "kernel")
             km.connection_file = str(self.workdir / "sockets" / "connection.json")
-        self.client = NotebookClient(nbformat.v4.new_notebook(), km=km, timeout=self.timeout, allow_errors=True,
+        self.client = _capped_client(nb=nbformat.v4.new_notebook(), km=km, timeout=self.timeout, allow_errors=True,
                                      interrupt_on_timeout=False, shutdown_kernel="immediate", startup_timeout=120,
                                      resources={"metadata": {"path": str(self.workdir)}})
         # the kernel process's own warnings and connection notice: what the code prints comes over the connection
@@ -92,12 +142,21 @@ class Kernel:
         self.client = self.context = None
 
     def run(self, source: str) -> Any:
-        """Run one cell; returns it with its outputs. Raises CellTimeoutError or DeadKernelError."""
+        """Run one cell; returns it with its outputs (at most :data:`MAX_CELL_OUTPUT` of them, then the end of what
+        it printed; ``metadata[DROPPED_KEY]`` says how much was dropped). Raises CellTimeoutError or DeadKernelError."""
         import nbformat
 
         cell = nbformat.v4.new_code_cell(source)
         self.client.nb.cells.append(cell)
-        self.client.execute_cell(cell, len(self.client.nb.cells) - 1)
+        index = len(self.client.nb.cells) - 1
+        try:
+            self.client.execute_cell(cell, index)
+        finally:
+            state = self.client.tfm_output.pop(index, None)
+        if state and state["dropped"]:
+            if state["tail"]:
+                cell.outputs.append(nbformat.v4.new_output("stream", name=state["name"], text=state["tail"]))
+            cell.metadata[DROPPED_KEY] = state["dropped"]
         return cell
 
 
@@ -114,3 +173,75 @@ def kernel_spec(directory: Path, memory_mb: int, timeout: int) -> None:
         "argv": [sys.executable, "-m", "tfm_lesson.course._grade_kernel", "--memory-mb", str(memory_mb),
                  "-f", "{connection_file}"],
         "display_name": "tfm_lesson grader", "language": "python", "env": env}))
+
+
+# before the class, and stopping it ----------------------------------------------------------------------------------
+def _probe(kernel_dir: Path, timeout: int, sandbox: bool) -> str | None:
+    """Why a kernel of ``kernel_dir``'s spec cannot start and import torch and the checkers; None when it can."""
+    with tempfile.TemporaryDirectory(prefix="tfm-grade-probe-") as work:
+        kernel = Kernel(kernel_dir, Path(work), timeout, sandbox=sandbox)
+        try:
+            kernel.start()
+            return cell_error(kernel.run("import torch, tfm_lesson.checks"))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            kernel.stop()
+
+
+def check_kernel(kernel_dir: Path, timeout: int, memory_mb: int, sandbox: bool) -> None:
+    """Start one kernel before the class, as each submission's will be: CourseError naming ``--memory`` when it cannot
+    start under that limit (and can without), or saying why it cannot start at all. Nothing is graded then."""
+    why = _probe(kernel_dir, timeout, sandbox)
+    if why is None:
+        return
+    if memory_mb > 0:
+        with tempfile.TemporaryDirectory(prefix="tfm-grade-nolimit-") as unlimited:
+            kernel_spec(Path(unlimited), 0, timeout)
+            if _probe(Path(unlimited), timeout, sandbox) is None:
+                raise CourseError(f"--memory {memory_mb}: the grading kernel cannot start and import torch under "
+                                  f"{memory_mb} MB ({why}); give it more (torch alone maps about 1 GB; the default is "
+                                  f"{DEFAULT_MEMORY_MB}) or 0 for no limit. Nothing was graded")
+    raise CourseError(f"the grading kernel cannot start ({why}); nothing was graded")
+
+
+class KernelGroup:
+    """The kernels of a class being graded, so that Ctrl-C or a failure ends every one of them at once; once
+    stopped, no kernel starts again (the submissions in flight end quickly and are not recorded)."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self.live: set[Kernel] = set()
+        self.lock = threading.Lock()
+
+    def kernel(self, *args: Any, **kwargs: Any) -> Kernel:
+        whole = self
+
+        class _Stoppable(Kernel):
+            def start(self) -> None:
+                if whole.stopped.is_set():
+                    raise RuntimeError("the grading was stopped")
+                super().start()
+                with whole.lock:
+                    whole.live.add(self)
+                if whole.stopped.is_set():  # stopped while it started: it was not among those killed
+                    self.stop()
+                    raise RuntimeError("the grading was stopped")
+
+            def stop(self) -> None:
+                with whole.lock:
+                    whole.live.discard(self)
+                super().stop()
+
+        return _Stoppable(*args, **kwargs)
+
+    def stop(self) -> None:
+        """Stop the class: kill every kernel's process group (a sandbox's takes everything in it along)."""
+        self.stopped.set()
+        with self.lock:
+            pids = [getattr(getattr(k.client, "km", None), "provisioner", None) for k in self.live]
+        for provisioner in pids:
+            pid = getattr(provisioner, "pid", None)
+            if pid:
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
