@@ -183,7 +183,7 @@ def graded(tmp_path_factory):
 
 def test_csv_has_one_row_per_submission_and_exercise(graded):
     table, _, _ = graded
-    assert len(table) == 11 * 3
+    assert len(table) == 12 * 3
     assert all(set(r) == {"submission", "exercise", "passed", "points", "max_points", "message"}
                for r in table.values())
     assert table[("correct", 3)]["exercise"] == "Exercise 3: the whole module"

@@ -53,6 +53,9 @@ def class_main(argv: list[str]) -> int:
     gr.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     gr.add_argument("--resume", action="store_true",
                     help="keep the grades already in --csv and grade only the submissions not in it")
+    gr.add_argument("--seed", type=int, default=None,
+                    help="the seed the checkers that draw their inputs from one use (default: a new one each run, "
+                         "printed, so that outputs learnt by heart for the notebook's inputs do not pass)")
     gr.add_argument("--no-sandbox", action="store_true",
                     help="run student code without the bubblewrap sandbox (with your own rights; said on every report)")
     ex = sub.add_parser("export", help="write the chapter as an nbgrader or Otter-Grader assignment")
@@ -71,7 +74,7 @@ def class_main(argv: list[str]) -> int:
     try:
         if args.command == "grade":
             grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs,
-                          sandbox=not args.no_sandbox, resume=args.resume)
+                          sandbox=not args.no_sandbox, resume=args.resume, seed=args.seed)
         else:
             export(args.chapter, args.format, args.out, args.assignment, args.timeout, args.force)
     except CourseError as exc:

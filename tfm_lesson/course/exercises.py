@@ -103,8 +103,8 @@ def exercises(chapter: Any) -> list[Exercise]:
 
 
 def chapter_definitions(source: str) -> str:
-    """The imports, functions, classes and call-free assignments of a chapter cell (what later cells may name);
-    its training runs, plots and prints are left out."""
+    """The imports, functions, classes and call-free assignments of a chapter cell (what later cells may name), and
+    the checkers it makes (``check_x = make_checker(...)``); its training runs, plots and prints are left out."""
     try:
         tree = ast.parse(source)
     except SyntaxError:  # IPython magics, say: nothing to take
@@ -116,4 +116,7 @@ def chapter_definitions(source: str) -> str:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and not any(
                 isinstance(n, ast.Call) for n in ast.walk(node.value)):
             keep.append(node)
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.startswith("check_")
+                                                  for t in node.targets):
+            keep.append(node)  # an instructor's checker: `check_x = make_checker(...)`
     return "\n\n".join(ast.unparse(n) for n in keep)

@@ -33,6 +33,7 @@ max_points, message`` (the checker's message verbatim); ``--feedback`` writes on
 """
 from __future__ import annotations
 
+import secrets
 import shutil
 import sys
 import tempfile
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from .. import checks
 from .cells import CourseError, is_setup_cell
 from .exercises import Exercise, chapter_definitions, exercises
 from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Kernel, KernelGroup, cell_error,
@@ -49,7 +51,7 @@ from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Ke
 from .grading_report import (GradeBook, Graded, Result, check_outputs, feedback_page, page_names, write_csv,
                              write_page)
 from .submission import MAX_BYTES, answers, read_submission
-from .verdicts import check_call, check_cell, verdict
+from .verdicts import chapter_checkers, check_call, check_cell, seeded, verdict
 
 # The grader in parts: the chapter's exercises (exercises), reading a submission (submission), the kernel it runs in
 # (grading_kernel), scores and reports (grading_report); here, running one submission and grading a class.
@@ -68,7 +70,33 @@ class Step(NamedTuple):
     source: str
 
 
-def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None], scratch: Path) -> list[Step]:
+@dataclass
+class Checking:
+    """How a chapter's exercises are checked: each one's checker (the chapter's own or the package's), which ones
+    the chapter defines, and the keywords the grader adds (its seed)."""
+
+    checkers: dict[str, Callable]
+    own: set[str]
+    keywords: dict[int, dict]
+
+    @classmethod
+    def of(cls, chapter: Any, exs: list[Exercise], seed: int | None = None) -> "Checking":
+        sources = _chapter_sources(chapter, exs)
+        checkers = chapter_checkers(chapter, exs, sources)
+        own = {name for name, fn in checkers.items() if fn is not getattr(checks, name, None)}
+        return cls(checkers, own, {ex.number: seeded(checkers[ex.checker], ex, seed) for ex in exs})
+
+
+def _chapter_sources(chapter: Any, exs: list[Exercise]) -> list[str]:
+    """The definitions of the chapter's cells that are not an exercise's (what the kernel runs among the answers)."""
+    skip = {i for ex in exs for i in (ex.answer_index, ex.solution_index, ex.check_index) if i is not None}
+    return [src for i, cell in enumerate(chapter["cells"][:exs[-1].check_index + 1])
+            if i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", ""))
+            and (src := chapter_definitions(cell.get("source", "")))]
+
+
+def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None], scratch: Path,
+          checking: Checking) -> list[Step]:
     """The chapter's definitions and the answers in chapter order, a check after each exercise."""
     plan: list[Step] = []
     skip = {i for ex in exs for i in (ex.answer_index, ex.solution_index, ex.check_index) if i is not None}
@@ -78,7 +106,8 @@ def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None],
             ex = by_solution[i]
             for source in found[ex.number] or []:
                 plan.append(Step("answer", ex, source))
-            plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex))))
+            plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex), ex.checker in checking.own,
+                                                     checking.keywords[ex.number])))
         elif i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", "")):
             source = chapter_definitions(cell.get("source", ""))
             if source:
@@ -98,6 +127,7 @@ class _Outcome:
 
     results: dict[int, Result]
     scratch: Path  # the kernel's scratch folder, where it writes each check's record
+    checking: Checking
     answer_errors: dict[int, list[str]] = field(default_factory=dict)
     broken: dict[int, str] = field(default_factory=dict)  # exercises whose answer hung or killed the kernel
     code: list[str] = field(default_factory=list)  # what ran before each check, for the source rules
@@ -113,7 +143,8 @@ class _Outcome:
             if error:
                 self.answer_errors.setdefault(ex.number, []).append(error)
         elif kind == "check":
-            passed, message = verdict(ex, _trace_path(self.scratch, ex), self.code, cell_error(cell))
+            passed, message = verdict(ex, _trace_path(self.scratch, ex), self.code, cell_error(cell),
+                                      self.checking.checkers[ex.checker], self.checking.keywords[ex.number])
             self.results[ex.number].passed, self.results[ex.number].message = passed, message
 
     def final(self) -> list[Result]:
@@ -193,7 +224,8 @@ def _all_zero(name: str, exs: list[Exercise], reason: str, notes: list[str] | No
 
 
 def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int, memory_mb: int,
-              name: str | None = None, sandbox: bool = False, whole: KernelGroup | None = None) -> Graded:
+              name: str | None = None, sandbox: bool = False, whole: KernelGroup | None = None,
+              checking: Checking | None = None) -> Graded:
     """Grade one submission; never raises for anything the submission does. ``whole``: the class it belongs to,
     which can stop its kernel (Ctrl-C)."""
     import nbclient.exceptions  # noqa: F401  (the grader's own dependency: missing, it raises here, not as a score)
@@ -208,8 +240,9 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
     with tempfile.TemporaryDirectory(prefix="tfm-grade-") as work:
         scratch = Path(work) / "scratch"
         scratch.mkdir()
-        plan = _plan(chapter, exs, found, scratch)
-        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch)
+        checking = checking or Checking.of(chapter, exs)
+        plan = _plan(chapter, exs, found, scratch, checking)
+        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch, checking)
         for ex in exs:
             if found[ex.number] is None:
                 outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
@@ -271,7 +304,7 @@ def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], None], jobs:
 
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
-          sandbox: bool = True, resume: bool = False) -> list[Graded]:
+          sandbox: bool = True, resume: bool = False, seed: int | None = None) -> list[Graded]:
     """Grade every submission against ``chapter_path`` (with ``resume``, those not yet in ``csv_path``); each one's
     rows go into the CSV (and its feedback page is written) as soon as it is graded, so an interruption keeps them.
     Each submission's kernel runs in the sandbox (:mod:`tfm_lesson.course.sandbox`) unless ``sandbox`` is False.
@@ -291,6 +324,8 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     exs = exercises(chapter)
     for ex in exs:
         check_call(ex)  # a check whose keywords are not literals is refused before anything runs
+    seed = secrets.randbelow(2 ** 31) if seed is None else seed
+    checking = Checking.of(chapter, exs, seed)  # a checker found nowhere is refused here too
     book = GradeBook(csv_path, exs, [str(p) for p in files], resume)
     done = book.done()
     done_paths = {Path(name).resolve() for name in done}
@@ -309,6 +344,9 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     if resume:
         print(f"--resume: {len(files) - len(todo)} submission(s) already in {csv_path}, {len(todo)} to grade",
               flush=True)
+    if any(checking.keywords.values()):
+        print(f"the checkers that draw their inputs from a seed draw them from seed {seed} (--seed {seed} draws the "
+              "same inputs again)", flush=True)
     graded: list[Graded] = []
     kernel_dir = Path(tempfile.mkdtemp(prefix="tfm-grade-kernel-"))
     start = time.perf_counter()
@@ -318,7 +356,8 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
             check_kernel(kernel_dir, timeout, memory_mb, sandbox)
 
         def one(path: Path, whole: KernelGroup) -> None:
-            g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox, whole=whole)
+            g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox, whole=whole,
+                          checking=checking)
             if whole.stopped.is_set():
                 return  # stopped midway: not a grade
             g.sandboxed = sandbox

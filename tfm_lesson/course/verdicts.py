@@ -15,7 +15,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import checks
 from ..checks._replay import TRACE_LIMIT, replay
@@ -23,7 +23,8 @@ from ..checks._rules_static import CELL_SEPARATOR
 from .cells import CourseError
 from .exercises import Exercise
 
-__all__ = ["CheckCall", "check_call", "check_cell", "read_trace", "verdict", "CELL_SEPARATOR"]
+__all__ = ["CheckCall", "check_call", "check_cell", "chapter_checkers", "seeded", "read_trace", "verdict",
+           "CELL_SEPARATOR"]
 
 
 class CheckCall:
@@ -49,12 +50,61 @@ def check_call(ex: Exercise) -> CheckCall:
     return CheckCall(answers, names, keywords)
 
 
-def check_cell(ex: Exercise, trace: Path) -> str:
-    """The code the kernel runs for ``ex``'s check: record the checker into ``trace``."""
+def _binds_checkers(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return {n for n in names if n.startswith("check_")}
+
+
+def chapter_checkers(chapter: Any, exs: list[Exercise], sources: list[str]) -> dict[str, Callable]:
+    """Each exercise's checker: one the chapter defines (``check_x = make_checker(...)`` or ``def check_x(fn)`` in a
+    cell of its own, not an exercise's), else the package's. A chapter's checkers are the instructor's code: they are
+    built here, in the grader's process, from ``sources`` (the chapter's definitions, as the kernel runs them).
+    CourseError, before anything runs, for a checker found nowhere."""
+    namespace: dict[str, Any] = {"__name__": "tfm_lesson_chapter"}
+    if any(_binds_checkers(source) for source in sources):
+        for source in sources:
+            try:
+                exec(compile(source, "<chapter>", "exec"), namespace)  # noqa: S102 - the instructor's chapter
+            except Exception:  # a definition that needs what the chapter computes: as in the kernel, skipped
+                pass
+    found: dict[str, Callable] = {}
+    for ex in exs:
+        fn = namespace.get(ex.checker) if callable(namespace.get(ex.checker)) else getattr(checks, ex.checker, None)
+        if not callable(fn):
+            raise CourseError(f"{ex.title}: its check calls {ex.checker}, which is neither a checker of "
+                              f"tfm_lesson.checks nor defined in the chapter (in a cell before the exercise: "
+                              f"`{ex.checker} = make_checker(...)`, see the instructors' page)")
+        found[ex.checker] = fn
+    return found
+
+
+def check_cell(ex: Exercise, trace: Path, own: bool = False, keywords: dict | None = None) -> str:
+    """The code the kernel runs for ``ex``'s check: record the checker into ``trace``. ``own``: the chapter defines
+    the checker (the kernel ran its definition), else the package's is used; ``keywords`` are passed to it."""
     call = check_call(ex)
+    checker = ex.checker if own else f"_tfm_checks.{ex.checker}"
     return (f"import tfm_lesson.checks as _tfm_checks\n"
             f"from tfm_lesson.checks._replay import record as _tfm_record\n"
-            f"_tfm_record(_tfm_checks.{ex.checker}, [{', '.join(call.answers)}], {call.keywords!r}, {str(trace)!r})\n")
+            f"_tfm_record({checker}, [{', '.join(call.answers)}], {dict(call.keywords, **(keywords or {}))!r}, "
+            f"{str(trace)!r})\n")
+
+
+def seeded(checker: Callable, ex: Exercise, seed: int | None) -> dict:
+    """``{"seed": seed}`` when the checker draws its inputs from a ``seed`` and the chapter's check call does not
+    fix one: the grader's own seed, so outputs learnt by heart for the notebook's inputs do not pass."""
+    import inspect
+
+    if seed is None or "seed" in check_call(ex).keywords:
+        return {}
+    try:
+        return {"seed": seed} if "seed" in inspect.signature(checker).parameters else {}
+    except (TypeError, ValueError):
+        return {}
 
 
 def read_trace(path: Path) -> Any:
@@ -78,7 +128,8 @@ def read_trace(path: Path) -> Any:
             raise ValueError(f"the record is not JSON ({type(exc).__name__})") from None
 
 
-def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None) -> tuple[bool, str]:
+def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None, checker: Callable | None = None,
+            keywords: dict | None = None) -> tuple[bool, str]:
     """(passed, message) of ``ex``, replayed from the kernel's record in this process. ``code`` is what the grader
     extracted and ran before the check (the source rules read it); ``error`` what the check cell raised, if any."""
     try:
@@ -90,7 +141,7 @@ def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None) 
             return False, f"{error}: the exercise cell must define it (keep the name the exercise asks for)"
         return False, f"the check gave no verdict ({error or 'no record'})"
     call = check_call(ex)
-    checker = getattr(checks, ex.checker, None)
+    checker = checker if checker is not None else getattr(checks, ex.checker, None)
     if not callable(checker):
         return False, f"the package has no checker {ex.checker}"
-    return replay(checker, trace, call.keywords, CELL_SEPARATOR.join(code), call.names)
+    return replay(checker, trace, dict(call.keywords, **(keywords or {})), CELL_SEPARATOR.join(code), call.names)
