@@ -419,7 +419,7 @@ viz.show_attention(alignment, x_tokens=x_tokens, y_tokens=y_tokens,
 # *fatiguée* and *joli* came out right; under `default`, the same three as here. What held in all three: the
 # model attends to the right English words and puts every adjective in its French place, yet at least one
 # adjective (*grise*, every time) takes the gender of the other noun of the sentence. It has not reliably learnt
-# which French noun an adjective agrees with. Count the differing words your cell printed.
+# which French noun an adjective agrees with. Your run's differing words are in the cell above.
 #
 # Attention is a soft alignment, and not every head or layer aligns: the figure below shows the two layers
 # for another test sentence.
