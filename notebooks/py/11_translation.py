@@ -321,8 +321,9 @@ for hyp in (["le chat noir dort .", "les enfants ne mangent pas ."],
 # with other sentences among the mistakes. How much, measured: the same seed, trained under PyTorch's three CPU
 # kernel settings on one machine (`ATEN_CPU_CAPABILITY` = `default`, `avx2`, `avx512`; they round sums
 # differently; the stored page shows the last), scored a greedy BLEU of 85.0 to 85.7 and a greedy exact match of
-# 64.6% to 67.2% on the 500 test sentences, and a beam 4 BLEU of 85.2 to 86.5. Compare your rows with those
-# ranges, not with the stored digits. Beam search gains little over greedy here (compare the greedy and beam 4
+# 64.6% to 67.2% on the 500 test sentences, and a beam 4 BLEU of 85.2 to 86.5; two other seeds (other initial
+# weights, other batches) gave a greedy BLEU of 84.0 and 86.3 and a beam 4 BLEU of 84.4 and 87.0. Compare your
+# rows with those ranges, not with the stored digits. Beam search gains little over greedy here (compare the greedy and beam 4
 # rows of that table: 0.2 to 0.8 BLEU over the three settings, and under one of them beam 4 got fewer sentences
 # exactly right than greedy), for the reason given above.
 #
@@ -358,7 +359,8 @@ for name, pairs in (("validation, first 200", data.valid[:200]), ("test, first 2
 # error of a *difference*, $\sqrt{s_1^2 + s_2^2}$ for two independent samples with standard errors $s_1$ and
 # $s_2$, not against either error alone: a gap of more than about two of those would arise by chance less than
 # one time in twenty. Work it out from the two rows the cell printed; under the three kernel settings the gap
-# came to 2.8 to 3.1 of those standard errors, past that line every time, so chance alone is an unlikely
+# came to 2.8 to 3.1 of those standard errors (2.9 and 3.6 with two other seeds), past that line every time, so
+# chance alone is an unlikely
 # explanation (not an impossible one: at 2.8, chance would give such a gap about one time in two hundred), and
 # it is not the decoder either (the validation row
 # repeats the training log's last line). What the cell finds about the sets does not settle it: the sentences
@@ -419,7 +421,9 @@ viz.show_attention(alignment, x_tokens=x_tokens, y_tokens=y_tokens,
 # *fatiguée* and *joli* came out right; under `default`, the same three as here. What held in all three: the
 # model attends to the right English words and puts every adjective in its French place, yet at least one
 # adjective (*grise*, every time) takes the gender of the other noun of the sentence. It has not reliably learnt
-# which French noun an adjective agrees with. Your run's differing words are in the cell above.
+# which French noun an adjective agrees with; how often it slips varies from model to model (with two other
+# seeds this sentence came out with one wrong adjective, *fatigué*, and with none). Your run's differing words
+# are in the cell above.
 #
 # Attention is a soft alignment, and not every head or layer aligns: the figure below shows the two layers
 # for another test sentence.
