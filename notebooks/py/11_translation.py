@@ -323,9 +323,9 @@ for hyp in (["le chat noir dort .", "les enfants ne mangent pas ."],
 # differently; the stored page shows the last), scored a greedy BLEU of 85.0 to 85.7 and a greedy exact match of
 # 64.6% to 67.2% on the 500 test sentences, and a beam 4 BLEU of 85.2 to 86.5; two other seeds (other initial
 # weights, other batches) gave a greedy BLEU of 84.0 and 86.3 and a beam 4 BLEU of 84.4 and 87.0. Compare your
-# rows with those ranges, not with the stored digits. Beam search gains little over greedy here (compare the greedy and beam 4
-# rows of that table: 0.2 to 0.8 BLEU over the three settings, and under one of them beam 4 got fewer sentences
-# exactly right than greedy), for the reason given above.
+# rows with those ranges, not with the stored digits. Beam search gains little over greedy here (compare the
+# greedy and beam 4 rows of that table: 0.2 to 0.8 BLEU over the three settings, and under one of them beam 4
+# got fewer sentences exactly right than greedy), for the reason given above.
 #
 # The last validation line of the training log (greedy, the first 200 validation sentences) and the greedy
 # test row (the first 500 test sentences) differ by far more than one sentence in a hundred. The cell below
