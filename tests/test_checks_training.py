@@ -75,6 +75,8 @@ def test_label_smoothing_reference_passes(capsys) -> None:
     (dict(classes=2), "the Annotated Transformer's variant"),
     (dict(classes=2), "over ALL V classes"),
     (dict(classes=1), "V - 1 classes"),
+    (dict(classes=1), "tensor2tensor"),
+    (dict(classes=1, kl=True), "the loss tensor2tensor reports"),
     (dict(classes=2, kl=True), "KL divergence with smoothing over V - 2 classes"),
     (dict(kl=True), "this is KL(q || p), not the cross-entropy"),
     (dict(swapped=True), "the two weights are swapped"),

@@ -48,6 +48,19 @@ def test_a_cell_that_prints_differently_shaped_text_is_reported_whole():
     assert m.values == {"default": "heads costing nothing: 3", "avx2": "heads costing nothing: 3 and 4"}
 
 
+def test_printed_words_that_moved_are_reported_whole():
+    runs = {"default": _notebook("eighty -> quatre quatre-\neleven -> \nloss 0.62\n"),
+            "avx2": _notebook("eighty -> quatre-vingt\neleven -> onze\nloss 0.62\n"),
+            "avx512": _notebook("eighty -> quatre quatre-\neleven -> \nloss 0.62\n")}
+    moved = kernels.compare(runs)
+    assert [m.values["avx2"] for m in moved] == ["eighty -> quatre-vingt", "eleven -> onze"]
+    same_numbers = {"default": _notebook("words that differ: 3 (fatigué, jolie, grise)\n"),
+                    "avx2": _notebook("words that differ: 3 (fatiguée, joli, gris)\n")}
+    (m,) = kernels.compare(same_numbers)  # the numbers agree, the words do not
+    assert m.values["avx2"] == "words that differ: 3 (fatiguée, joli, gris)"
+    assert kernels.compare({"default": _notebook("no number here\n"), "avx2": _notebook("no number here\n")}) == []
+
+
 def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(SystemExit):
         kernels.main([str(tmp_path / "missing.ipynb")])

@@ -12,7 +12,8 @@ outputs print that is not the same under every setting.
 Numbers are read cell by cell from ``stream`` and ``text/plain`` outputs, in order. Times and speeds
 (``12.3 s``, ``40 ms``, ``350 tokens/s``) and progress bars move on any loaded machine: they are taken out of
 the lines before comparing, unless ``--keep-timings``. A cell whose count of numbers differs between settings is
-reported whole.
+reported whole. Printed words move too (a translation, a decoded sample: ``eighty -> quatre-vingt-``): a line
+whose words differ between settings, with or without numbers in it, is reported whole.
 """
 from __future__ import annotations
 
@@ -61,6 +62,14 @@ def printed_lines(text: str, keep_timings: bool = False) -> list[str]:
     return [line for line in lines if NUMBER.search(line)]
 
 
+def text_lines(text: str, keep_timings: bool = False) -> list[str]:
+    """The non-empty lines of ``text`` that carry no number (decoded words, verdicts), times taken out as above."""
+    lines = [line.rsplit("\r", 1)[-1].strip() for line in text.splitlines()]
+    if not keep_timings:
+        lines = [TIME.sub("<time>", line) for line in lines if not PROGRESS.search(line)]
+    return [line for line in lines if line and not NUMBER.search(line)]
+
+
 def numbers(line: str) -> list[str]:
     """The numbers written in ``line``, as printed."""
     return NUMBER.findall(line)
@@ -94,6 +103,7 @@ def compare(runs: dict[str, Any], keep_timings: bool = False) -> list[Moved]:
     for i, cell in enumerate(first.cells):
         if cell.get("cell_type") != "code":
             continue
+        moved += _moved_words(i, {s: text_lines(_output_text(runs[s].cells[i]), keep_timings) for s in names})
         lines = {s: printed_lines(_output_text(runs[s].cells[i]), keep_timings) for s in names}
         shapes = {s: [len(numbers(line)) for line in lines[s]] for s in names}
         if len({tuple(v) for v in shapes.values()}) > 1:  # the cell printed differently shaped text
@@ -107,7 +117,20 @@ def compare(runs: dict[str, Any], keep_timings: bool = False) -> list[Moved]:
                 values = {s: per_setting[s][k] for s in names}
                 if len(set(values.values())) > 1:
                     moved.append(Moved(i, line[:200], values))
+            words = {s: NUMBER.sub("#", lines[s][j])[:200] for s in names}  # the same numbers, other words
+            if len(set(words.values())) > 1 and not PROGRESS.search(line):  # a bar's own marks are not words
+                moved.append(Moved(i, line[:200], {s: lines[s][j][:200] for s in names}))
     return moved
+
+
+def _moved_words(cell: int, lines: dict[str, list[str]]) -> list[Moved]:
+    """The lines without numbers of one cell (setting -> lines) that differ between settings, each whole."""
+    names = list(lines)
+    if len({len(v) for v in lines.values()}) > 1:  # other line counts: the cell's text, whole
+        text = {s: " | ".join(lines[s])[:200] for s in names}
+        return [Moved(cell, text[names[0]], text)] if len(set(text.values())) > 1 else []
+    return [Moved(cell, lines[names[0]][j][:200], {s: lines[s][j][:200] for s in names})
+            for j in range(len(lines[names[0]])) if len({lines[s][j] for s in names}) > 1]
 
 
 def report(path: Path, moved: list[Moved], probes: dict[str, str], seconds: dict[str, float]) -> str:

@@ -112,8 +112,9 @@ def _run(step_fn, kind: str, bug: str | None, data, clip: float, learner: bool):
             loss = call(step_fn, model, src.clone(), tgt.clone(), optimizer, scheduler, criterion, clip, what=what)
             if isinstance(loss, Tensor):
                 raise Mistake("train_step returned a tensor: return loss.item(), a Python float. A tensor that still "
-                              "carries its graph, collected step after step in a list, keeps every step's graph "
-                              "alive (memory grows until the run dies)")
+                              "carries its graph, collected step after step in a list, keeps each step's autograd "
+                              "graph alive (backward freed its activations, not its nodes), so memory creeps up "
+                              "over a long run; and a running sum of such losses would chain every step's graph")
             expect(isinstance(loss, (int, float)), f"train_step returned {type(loss).__name__}, expected the loss "
                    "as a float (loss.item())")
             expect(log["opt_calls"] - before[0] == 1, f"train_step called optimizer.step() "

@@ -97,12 +97,15 @@ def _smoothed_variants(logits: Tensor, target: Tensor, eps: float, pad_id: int) 
     return out
 
 
-ANNOTATED = ("the Annotated Transformer's variant: 1 - eps on the right token and eps / (V - {k}) on every other "
+ANNOTATED = ("{who}: 1 - eps on the right token and eps / (V - {k}) on every other "
              "class{pad}. PyTorch's F.cross_entropy(label_smoothing=eps), which this course follows (Szegedy et al., "
              "2016), mixes the one-hot target with the uniform distribution over ALL V classes: "
              "q = (1 - eps) * one_hot + eps / V, so the right token gets 1 - eps + eps / V and every class eps / V. "
              "Both smooth; they differ slightly in the numbers. Spread eps over all V classes: "
              "loss = (1 - eps) * nll + eps * mean over the vocabulary of (-log p).")
+
+AT = "the Annotated Transformer's variant"
+T2T = "the variant of the paper's own code, tensor2tensor (its smoothing_cross_entropy)"
 
 
 def _smoothing_written_yourself(fn: Callable[..., Tensor]) -> None:
@@ -151,21 +154,21 @@ def check_label_smoothing_loss(fn: Callable[..., Tensor]) -> None:
                              "smoothing * (mean over the vocabulary of -log p)"),
             ("swapped", "the two weights are swapped: (1 - smoothing) goes with -log p[target], smoothing with the "
                         "mean of -log p over the vocabulary"),
-            ("v2", "smoothing spread over V - 2 classes: " + ANNOTATED.format(k=2, pad=" except padding")),
+            ("v2", "smoothing spread over V - 2 classes: " + ANNOTATED.format(who=AT, k=2, pad=" except padding")),
             ("v2_sum", "smoothing spread over V - 2 classes, and summed rather than averaged: "
-                       + ANNOTATED.format(k=2, pad=" except padding")),
+                       + ANNOTATED.format(who=AT, k=2, pad=" except padding")),
             ("v2_kl", "KL divergence with smoothing over V - 2 classes (nn.KLDivLoss, as in the Annotated "
                       "Transformer): KL(q || p) = cross-entropy - entropy(q), a constant lower; and "
-                      + ANNOTATED.format(k=2, pad=" except padding")),
+                      + ANNOTATED.format(who=AT, k=2, pad=" except padding")),
             ("v2_kl_sum", "the Annotated Transformer's KLDivLoss(reduction='sum') with smoothing over V - 2 classes: "
-                          "KL = cross-entropy - entropy(q), summed over tokens; " + ANNOTATED.format(k=2, pad=" except "
-                                                                                                  "padding")),
-            ("v1", "smoothing spread over V - 1 classes: " + ANNOTATED.format(k=1, pad="").replace(
-                "the Annotated Transformer's variant", "a variant close to the Annotated Transformer's (which uses "
-                "V - 2)")),
-            ("v1_sum", "smoothing spread over V - 1 classes and summed: " + ANNOTATED.format(k=1, pad="")),
-            ("v1_kl", "KL divergence with smoothing over V - 1 classes: " + ANNOTATED.format(k=1, pad="")),
-            ("v1_kl_sum", "summed KL divergence with smoothing over V - 1 classes: " + ANNOTATED.format(k=1, pad="")),
+                          "KL = cross-entropy - entropy(q), summed over tokens; "
+                          + ANNOTATED.format(who=AT, k=2, pad=" except padding")),
+            ("v1", "smoothing spread over V - 1 classes: " + ANNOTATED.format(who=T2T, k=1, pad="")),
+            ("v1_sum", "smoothing spread over V - 1 classes and summed: " + ANNOTATED.format(who=T2T, k=1, pad="")),
+            ("v1_kl", "KL divergence with smoothing over V - 1 classes, which is the loss tensor2tensor reports (its "
+                      "cross-entropy minus entropy(q), a constant lower): " + ANNOTATED.format(who=T2T, k=1, pad="")),
+            ("v1_kl_sum", "summed KL divergence with smoothing over V - 1 classes: "
+                          + ANNOTATED.format(who=T2T, k=1, pad="")),
             ("kl", "this is KL(q || p), not the cross-entropy: it is lower by the entropy of the smoothed target q, "
                    "a constant (same gradients, different number). F.cross_entropy reports the cross-entropy "
                    "-sum_v q(v) log p(v)"),

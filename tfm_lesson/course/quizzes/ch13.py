@@ -12,7 +12,7 @@ QUESTIONS = [
         ],
         answer=2,
         feedback=[
-            "The chapter trains a model with scores / √d_model: it learns the copy task as well as the correct one, "
+            "The chapter trains a model with scores / √d_model: it learns the copy task almost as well as the correct one, "
             "yet it is not the paper's model.",
             "Attention bugs (the wrong scale, the wrong projection, a missing transpose) train too; the loss cannot "
             "single out any part.",
