@@ -207,7 +207,7 @@ SWEEP: dict[str, list[tuple[str, str]]] = {
     "check_label_smoothing_loss": [
         ("training::test_label_smoothing_mistakes", "padding counted in the loss: positions whose tar"),
         ("training::test_label_smoothing_mistakes", "summed, not averaged: divide by the number of re"),
-        ("training::test_label_smoothing_mistakes", "the Annotated Transformer's variant: 1 - eps on"),
+        ("training::test_label_smoothing_mistakes", "smoothing spread over V - 2 classes: "),
     ],
     "check_noam_rate": [
         ("training::test_noam_mistakes", "noam_rate(0, ...) divides by zero (0 ** -0.5). S"),

@@ -239,8 +239,8 @@ def test_files_that_are_not_notebooks_score_zero_with_the_reason(graded):
     table, feedback, stdout = graded
     assert "not a notebook Jupyter can read" in table[("notes", 1)]["message"]
     assert "the file is empty" in table[("zero", 2)]["message"]
-    assert len(list(feedback.glob("*.md"))) == 11
-    assert "11 submission(s) graded" in stdout
+    assert len(list(feedback.glob("*.md"))) == 12
+    assert "12 submission(s) graded" in stdout
 
 
 def test_notebooks_from_colab_and_older_jupyter_are_graded_on_their_answers(graded):

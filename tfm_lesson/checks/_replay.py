@@ -36,7 +36,8 @@ import torch
 
 from . import _rules
 from ._mistake import Mistake
-from ._replay_state import Divergence, Owned, exception_from, exception_to, restore_globals, snapshot_globals
+from ._replay_state import (Divergence, Owned, _NotValue, _not_value, _perform, exception_from, exception_to,
+                            restore_globals, snapshot_globals)
 from ._wire import WireError, decode, digest, encode, importable_name
 
 __all__ = ["Handle", "record", "replay", "learner_side", "recording", "replaying", "passed_line", "Divergence",
@@ -186,7 +187,7 @@ class _Recorder(_Session):
             pairs = [(self.wrap(k), self.wrap(v)) for k, v in value.items()]
             return {k[0]: v[0] for k, v in pairs}, {"dict": [[k[1], v[1]] for k, v in pairs]}
         try:
-            return value, encode(value, self._not_value)
+            return value, encode(value, _not_value)
         except _NotValue:
             pass
         if id(value) in self.ids:
@@ -205,10 +206,6 @@ class _Recorder(_Session):
         self.handles.append(_make_handle(number, meta))
         return self.handles[-1], {"H": number, "new": meta}
 
-    @staticmethod
-    def _not_value(obj: Any) -> Any:
-        raise _NotValue
-
     def unwrap(self, value: Any) -> Any:
         """``value`` with the learner's real objects in place of handles; a container that holds no handle is passed
         as it is (the learner's code may be meant to fill it: a cache, a store)."""
@@ -225,10 +222,10 @@ class _Recorder(_Session):
     def op(self, kind: str, proxy: Handle, payload: tuple) -> Any:
         real = self.real[proxy._tfm_id]
         if self.quiet:
-            return _perform(kind, real, self.unwrap(payload), self)
+            return _perform(kind, real, self.unwrap(payload))
         entry: dict[str, Any] = {"op": kind, "h": proxy._tfm_id, "in": self.fingerprint(payload)}
         self.owned.register(payload)
-        return self.run(entry, lambda: _perform(kind, real, self.unwrap(payload), self), wrap=True)
+        return self.run(entry, lambda: _perform(kind, real, self.unwrap(payload)), wrap=True)
 
     def side(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
         if self.quiet:
@@ -271,46 +268,6 @@ class _Recorder(_Session):
         if self.size > TRACE_LIMIT:
             raise MemoryError(f"the check's record passed {TRACE_LIMIT >> 20} MB")
         self.entries.append(entry)
-
-
-class _NotValue(Exception):
-    pass
-
-
-def _perform(kind: str, real: Any, payload: tuple, session: _Recorder) -> Any:
-    """The operation itself, on the learner's real object (in the kernel)."""
-    if kind == "getattr":
-        return getattr(real, payload[0])
-    if kind == "setattr":
-        return setattr(real, payload[0], payload[1])
-    if kind == "delattr":
-        return delattr(real, payload[0])
-    if kind == "call":
-        return real(*payload[0], **payload[1])
-    if kind == "iter":
-        return list(real)
-    if kind == "signature":
-        return [[p.name, int(p.kind), p.default is not p.empty, _plain(p.default)]
-                for p in inspect.signature(real).parameters.values()]
-    if kind == "repr":
-        return repr(real)
-    if kind in ("deepcopy", "copy"):
-        import copy
-
-        return copy.deepcopy(real) if kind == "deepcopy" else copy.copy(real)
-    if kind == "exit":
-        return real.__exit__(None, None, None) if payload[0] is None else real.__exit__(
-            type(exception_from(payload[0])), exception_from(payload[0]), None)
-    return getattr(real, f"__{kind}__")(*payload)
-
-
-def _plain(value: Any) -> Any:
-    """A default value when it is plain data, else None (a signature's defaults are only told apart by presence)."""
-    try:
-        encode(value, _Recorder._not_value)
-        return value if not isinstance(value, torch.Tensor) else None
-    except _NotValue:
-        return None
 
 
 class _Replayer(_Session):
@@ -401,7 +358,7 @@ def _name(checker: Callable) -> str:
     return name
 
 
-def record(checker: Callable, answers: list[Any], kwargs: dict, path: str) -> None:
+def record(checker: Callable, answers: list[Any], kwargs: dict, path: str, name: str | None = None) -> None:
     """In the kernel: run the checker function ``checker(*answers, **kwargs)`` with the answers behind handles; write the trace to ``path``
     (JSON). The checker's own verdict here is not the grade: the grader replays the trace."""
     session = _Recorder()
@@ -414,7 +371,7 @@ def record(checker: Callable, answers: list[Any], kwargs: dict, path: str) -> No
             checker(*args, **kwargs)
         except BaseException as exc:  # the replay decides; this only notes how the record ended
             outcome = f"{type(exc).__name__}: {exc}"[:500]
-    data = {"version": 1, "checker": _name(checker), "start": start, "answers": metas, "entries": session.entries,
+    data = {"version": 1, "checker": name or _name(checker), "start": start, "answers": metas, "entries": session.entries,
             "record": outcome}
     temporary = f"{path}.part"
     with open(temporary, "w", encoding="utf-8") as f:
@@ -435,7 +392,10 @@ def replay(checker: Callable, trace: Any, kwargs: dict, answers_source: str | No
                 raise Divergence("the kernel's record is not this check's")
             restore_globals(trace.get("start"))
             session = _Replayer(list(trace.get("entries") or []))
-            args = [session.handle({"H": i, "new": meta}) for i, meta in enumerate(trace.get("answers") or [])]
+            metas = trace.get("answers") or []
+            if answer_names is not None and len(metas) != len(answer_names):
+                raise Divergence(f"the record holds {len(metas)} answers, the check takes {len(answer_names)}")
+            args = [session.handle({"H": i, "new": meta}) for i, meta in enumerate(metas)]
             with _active(session), _rules.source(answers_source, answer_names):
                 inspect.unwrap(checker)(*args, **kwargs)  # the checker itself, under any wrapper put in front of it
             if session.at != len(session.entries):

@@ -4,6 +4,7 @@ did to them), exceptions, and the global state a checker starts from (random gen
 from __future__ import annotations
 
 import hashlib
+import inspect
 import random
 from typing import Any, Callable
 
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 from ._mistake import learner_lines
 from ._wire import WireError, _import, digest, encode, importable_name
 
-__all__ = ["Divergence", "Owned", "exception_to", "exception_from", "snapshot_globals", "restore_globals"]
+__all__ = ["Divergence", "Owned", "exception_to", "exception_from", "snapshot_globals", "restore_globals", "_perform"]
 
 
 class Divergence(BaseException):
@@ -220,6 +221,52 @@ def _plain_attributes(module: nn.Module) -> list[dict]:
 
 def _by_identity(obj: Any) -> str:
     return f"O{type(obj).__qualname__}{id(obj)}"
+
+
+# the operations on a learner's object (kernel side) ------------------------------------------------------------------
+class _NotValue(Exception):
+    """Raised by :func:`_not_value`: what the wire cannot carry as data (the recorder makes it a handle)."""
+
+
+def _not_value(obj: Any) -> Any:
+    raise _NotValue
+
+
+def _perform(kind: str, real: Any, payload: tuple) -> Any:
+    """The operation itself, on the learner's real object (in the kernel)."""
+    if kind == "getattr":
+        return getattr(real, payload[0])
+    if kind == "setattr":
+        return setattr(real, payload[0], payload[1])
+    if kind == "delattr":
+        return delattr(real, payload[0])
+    if kind == "call":
+        return real(*payload[0], **payload[1])
+    if kind == "iter":
+        return list(real)
+    if kind == "signature":
+        return [[p.name, int(p.kind), p.default is not p.empty, _plain(p.default)]
+                for p in inspect.signature(real).parameters.values()]
+    if kind == "repr":
+        return repr(real)
+    if kind in ("deepcopy", "copy"):
+        import copy
+
+        return copy.deepcopy(real) if kind == "deepcopy" else copy.copy(real)
+    if kind == "exit":
+        return real.__exit__(None, None, None) if payload[0] is None else real.__exit__(
+            type(exception_from(payload[0])), exception_from(payload[0]), None)
+    return getattr(real, f"__{kind}__")(*payload)
+
+
+def _plain(value: Any) -> Any:
+    """A default value when it is plain data, else None (a signature's defaults are only told apart by presence)."""
+    try:
+        encode(value, _not_value)
+        return value if not isinstance(value, torch.Tensor) else None
+    except _NotValue:
+        return None
+
 
 
 # exceptions ---------------------------------------------------------------------------------------------------------

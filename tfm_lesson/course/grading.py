@@ -302,6 +302,20 @@ def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], None], jobs:
     pool.shutdown(wait=True)
 
 
+def _sandbox_or_say(sandbox: bool) -> None:
+    """CourseError where the sandbox cannot run; without it (--no-sandbox), say so first."""
+    if sandbox:
+        from .sandbox import SandboxUnavailable, check_sandbox
+
+        try:
+            check_sandbox()
+        except SandboxUnavailable as exc:
+            raise CourseError(str(exc)) from None
+    else:
+        print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
+              "your files; every feedback page says so", flush=True)
+
+
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
           sandbox: bool = True, resume: bool = False, seed: int | None = None) -> list[Graded]:
@@ -331,16 +345,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     done_paths = {Path(name).resolve() for name in done}
     todo = [p for p in files if str(p) not in done and p.resolve() not in done_paths]
     pages = page_names([str(p) for p in files])
-    if sandbox:
-        from .sandbox import SandboxUnavailable, check_sandbox
-
-        try:
-            check_sandbox()
-        except SandboxUnavailable as exc:
-            raise CourseError(str(exc)) from None
-    else:
-        print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
-              "your files; every feedback page says so", flush=True)
+    _sandbox_or_say(sandbox)
     if resume:
         print(f"--resume: {len(files) - len(todo)} submission(s) already in {csv_path}, {len(todo)} to grade",
               flush=True)

@@ -91,7 +91,7 @@ def check_cell(ex: Exercise, trace: Path, own: bool = False, keywords: dict | No
     return (f"import tfm_lesson.checks as _tfm_checks\n"
             f"from tfm_lesson.checks._replay import record as _tfm_record\n"
             f"_tfm_record({checker}, [{', '.join(call.answers)}], {dict(call.keywords, **(keywords or {}))!r}, "
-            f"{str(trace)!r})\n")
+            f"{str(trace)!r}, {ex.checker!r})\n")
 
 
 def seeded(checker: Callable, ex: Exercise, seed: int | None) -> dict:
