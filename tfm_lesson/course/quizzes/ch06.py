@@ -9,8 +9,8 @@ QUESTIONS = [
             "No: the same small network is applied to each position on its own; only attention mixes positions.",
             "Yes: the FFN mixes information across positions, like attention does, since W_1 sees the whole (seq_len, "
             "d_model) input.",
-            "Only when seq_len is larger than d_ff: then the hidden units must be shared out among the positions, which "
-            "start to mix.",
+            "Only when seq_len is larger than d_ff: then the hidden units must be shared out among the positions, "
+            "which start to mix.",
         ],
         answer=0,
         feedback=[
@@ -63,10 +63,10 @@ QUESTIONS = [
             "It is zero at the minimum (z ≈ -0.75), changes sign there, and the vectorised CPU kernel returns "
             "exactly 0 far left (from about z = -6.5), though the true slope there, about -7.6e-22 at z = -10, "
             "fits in float32.",
-            "It is never exactly zero: Φ(z) + z φ(z) stays positive for every z and float32 holds numbers down to about "
-            "1e-38, so unlike ReLU no unit can ever be dead, even far to the left.",
-            "It is exactly zero for every negative z, as for ReLU: GELU only rounds the corner at 0, so a negative input "
-            "passes no gradient at all.",
+            "It is never exactly zero: Φ(z) + z φ(z) stays positive for every z and float32 holds numbers down to "
+            "about 1e-38, so unlike ReLU no unit can ever be dead, even far to the left.",
+            "It is exactly zero for every negative z, as for ReLU: GELU only rounds the corner at 0, so a negative "
+            "input passes no gradient at all.",
         ],
         answer=0,
         feedback=[

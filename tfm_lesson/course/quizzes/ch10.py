@@ -85,7 +85,8 @@ QUESTIONS = [
             "cleared, so it does nothing.",
             "The same as clipping before: the gradients are clipped either way, and the optimiser reads them whenever "
             "it needs them.",
-            "PyTorch raises an error: clip_grad_norm_ refuses gradients that the optimiser has already used for a step.",
+            "PyTorch raises an error: clip_grad_norm_ refuses gradients that the optimiser has already used for "
+            "a step.",
         ],
         answer=0,
         feedback=[

@@ -25,7 +25,8 @@ QUESTIONS = [
         prompt="A byte-level BPE tokenizer meets a word, or an emoji, that never appeared in its training text. "
                "What happens?",
         options=[
-            "It is replaced by an <unk> token, since only pieces seen in the training text made it into the vocabulary.",
+            "It is replaced by an <unk> token, since only pieces seen in the training text made it into the "
+            "vocabulary.",
             "It is encoded as shorter pieces, down to single bytes if needed, and decodes back exactly.",
             "Encoding raises an error: the merges cover only the byte sequences that appeared while the tokenizer was "
             "trained.",
@@ -60,10 +61,10 @@ QUESTIONS = [
         prompt="The chapter's model has a held-out perplexity of about 10 and a unigram model about 134. What does "
                "that say?",
         options=[
-            "The model's top guess is right about one time in 10 and the unigram model's one time in 134: perplexity is "
-            "the mean number of tries until the right token comes up.",
-            "The model makes about 13 times fewer mistakes than the unigram model: the ratio of two perplexities is the "
-            "ratio of their error rates.",
+            "The model's top guess is right about one time in 10 and the unigram model's one time in 134: perplexity "
+            "is the mean number of tries until the right token comes up.",
+            "The model makes about 13 times fewer mistakes than the unigram model: the ratio of two perplexities is "
+            "the ratio of their error rates.",
             "On average, the model is as unsure of the next token as a uniform choice among about 10 tokens; "
             "the unigram model, which ignores the context, as unsure as a choice among about 134.",
         ],
@@ -99,7 +100,8 @@ QUESTIONS = [
         options=[
             "Dividing the logits by a tiny temperature makes the largest one dominate the softmax: sampling "
             "becomes greedy decoding.",
-            "It flattens the distribution: every token becomes almost equally likely, and the sampled text turns random.",
+            "It flattens the distribution: every token becomes almost equally likely, and the sampled text turns "
+            "random.",
             "It has no effect once top-k is used: the k kept tokens are drawn by rank, so rescaling the logits changes "
             "nothing.",
         ],

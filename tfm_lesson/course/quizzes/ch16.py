@@ -5,8 +5,8 @@ QUESTIONS = [
     Question(
         prompt="RMSNorm computes weight * x / sqrt(mean(x**2) + eps). Compared with layer norm, what does it drop?",
         options=[
-            "The division by the spread: RMSNorm only subtracts the mean and applies the gain, so each vector keeps its "
-            "size.",
+            "The division by the spread: RMSNorm only subtracts the mean and applies the gain, so each vector keeps "
+            "its size.",
             "The learned gain: RMSNorm has no parameters at all, it only divides each vector by its root mean square.",
             "Subtracting the mean (re-centring) and the shift beta; it keeps the re-scaling and the gain.",
         ],
@@ -75,7 +75,8 @@ QUESTIONS = [
     Question(
         prompt="SwiGLU has three matrices (gate, up, down) where the 2017 feed-forward network has two. To keep "
                "the parameter count of a d_ff = 2048 network, what hidden size does it use?",
-        options=["2048, the same d_ff as the 2017 network", "4096, twice d_ff, one half for the gate", "about 1365, that is 2/3 of 2048"],
+        options=["2048, the same d_ff as the 2017 network", "4096, twice d_ff, one half for the gate",
+                 "about 1365, that is 2/3 of 2048"],
         answer=2,
         feedback=[
             "With three d_model x 2048 matrices SwiGLU would have 1.5 times the parameters, and any gain could "

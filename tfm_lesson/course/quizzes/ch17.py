@@ -26,8 +26,8 @@ QUESTIONS = [
             "score and only complicate the formula.",
             "Predicting a possible link is not wrong (precision), but missing one is not an error either (recall "
             "is measured on the sure links).",
-            "It is a typo in the paper: the denominator should be |A| + |P|, so that possible links count on both sides "
-            "of the fraction.",
+            "It is a typo in the paper: the denominator should be |A| + |P|, so that possible links count on both "
+            "sides of the fraction.",
         ],
         answer=1,
         feedback=[
