@@ -39,7 +39,7 @@ QUESTIONS = [
         prompt="`split` has shape (batch, heads, seq_len, d_k), made by `h.view(batch, seq_len, heads, d_k)"
                ".transpose(1, 2)`. What does `split.reshape(batch, seq_len, heads * d_k)` do?",
         options=[
-            "It gives `h` back in the merged shape, because reshape copies the data whenever the strides require it.",
+            "It gives `h` back, because reshape copies the data whenever the strides require it.",
             "It runs without error but mixes tokens and heads: the transpose must be undone first.",
             "It raises an error, because the transposed tensor is no longer contiguous in memory and reshape refuses "
             "to read it.",
@@ -58,8 +58,8 @@ QUESTIONS = [
         options=[
             "Fewer operations per layer at every sentence length, since attending costs less than a recurrent step for "
             "each token, long inputs included.",
-            "It has no learned weights of its own: the softmax of the scores decides everything, so there is nothing "
-            "to train in the layer.",
+            "It has no learned weights: the softmax of the scores decides everything, so the layer has nothing to "
+            "train.",
             "All positions are computed at once (O(1) sequential steps) and any two tokens are one step apart "
             "(path length O(1)).",
         ],

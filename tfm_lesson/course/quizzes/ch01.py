@@ -5,7 +5,7 @@ QUESTIONS = [
     Question(
         prompt="A model has d_model = 512 and 8 heads, so each head has queries and keys of d_k = 64 numbers. "
                "By what are one head's scores Q Kᵀ divided?",
-        options=["√512 ≈ 22.6, the square root of d_model", "64, d_k itself, the number of products summed",
+        options=["√512 ≈ 22.6, the root of d_model", "64, d_k itself, the number of products summed",
                  "√64 = 8, the square root of d_k"],
         answer=2,
         feedback=[

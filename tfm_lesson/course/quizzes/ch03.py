@@ -55,7 +55,7 @@ QUESTIONS = [
         options=[
             "Queries from the decoder, keys and values from the encoder's output; (n, m).",
             "All three from the decoder, whose stream already holds what the encoder passed it; (n, n).",
-            "Queries from the encoder's output, keys and values from the decoder's stream; (m, n).",
+            "Queries from the encoder's output, keys and values from the decoder; (m, n).",
         ],
         answer=0,
         feedback=[

@@ -28,7 +28,7 @@ QUESTIONS = [
                "and q (vectors as rows)?",
         options=[
             "PE_p · PE_q, the plain dot product plotted in the chapter.",
-            "None: positions are added after attention.",
+            "None: positions enter after attention.",
             "PE_p W^Q (W^K)ᵀ PE_qᵀ, divided by √d_k.",
         ],
         answer=2,
@@ -43,7 +43,7 @@ QUESTIONS = [
         prompt="How is the positional encoding combined with the token embeddings in the paper?",
         options=[
             "Added: both have d_model numbers per token.",
-            "Concatenated, doubling the width to 2·d_model.",
+            "Concatenated, giving 2·d_model per token.",
             "Multiplied element by element, each feature scaled by its position's wave.",
         ],
         answer=0,

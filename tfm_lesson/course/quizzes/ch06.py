@@ -24,7 +24,7 @@ QUESTIONS = [
     Question(
         prompt="You remove the ReLU between W_1 and W_2 (d_model = 512, d_ff = 2048). What is left?",
         options=[
-            "A wider, more powerful network: 2048 hidden units instead of 512, each free to learn its own feature.",
+            "A wider, more powerful network: 2048 hidden units instead of 512, each its own feature.",
             "The same function as before: ReLU only speeds up training, so the network still computes what it did, "
             "just more slowly.",
             "One linear map x W + b with W = W_1 W_2, a 512 x 512 matrix: the expansion buys nothing.",
@@ -43,7 +43,7 @@ QUESTIONS = [
                "does the feed-forward network hold?",
         options=[
             "About half: the decoder layer's extra cross-attention is as large as its self-attention.",
-            "About two thirds, as in the encoder layer: the FFN's 2 d_model d_ff weights dominate every layer.",
+            "About two thirds, as in the encoder layer: the FFN's 2 d_model d_ff weights dominate.",
             "A small share: attention holds most of them, since a decoder layer has two attentions of four "
             "d_model x d_model matrices each.",
         ],

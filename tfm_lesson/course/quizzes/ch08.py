@@ -6,7 +6,7 @@ QUESTIONS = [
         prompt="In the decoder's cross-attention, where do the queries come from, and where the keys and values?",
         options=[
             "Queries from the encoder's output (the memory), keys and values from the decoder.",
-            "All three from the memory; the decoder only adds the result.",
+            "All three from the memory; the decoder adds the result.",
             "Queries from the decoder, keys and values from the memory.",
         ],
         answer=2,
@@ -25,7 +25,7 @@ QUESTIONS = [
         options=[
             "The padding mask: a target's later tokens count as padding until their turn.",
             "The causal mask: query i may attend only to keys j <= i.",
-            "Nothing needs to: the model cannot use the future anyway.",
+            "Nothing: the model cannot use the future anyway.",
         ],
         answer=1,
         feedback=[

@@ -26,7 +26,7 @@ QUESTIONS = [
                "and divides by 100. What goes wrong?",
         options=[
             "The loss is 30% too small, and its size depends on how much padding each batch happens to have.",
-            "Nothing: the padded positions add zero to the sum, so dividing by all the positions gives the same mean.",
+            "Nothing: the padded positions add zero to the sum, so the mean over all positions is the same.",
             "The gradients point in the wrong direction, because the padded positions pull the model towards "
             "predicting padding.",
         ],

@@ -23,7 +23,7 @@ QUESTIONS = [
     Question(
         prompt="Without a length penalty (α = 0), which outputs does beam search tend to prefer?",
         options=[
-            "Longer ones, because they contain more words and each word adds to the total score.",
+            "Longer ones, because each extra word adds to the total score.",
             "Shorter ones, because every extra token adds a negative log-probability.",
             "Neither: each token's log-probability is a normalised score, so long and short outputs are judged on "
             "equal terms.",

@@ -7,7 +7,7 @@ QUESTIONS = [
                "entropy H / log k?",
         options=[
             "0, because its single weight is 1: a query with all its weight on one key is as sharp as it can be.",
-            "1, because it spreads its attention uniformly over everything it can see.",
+            "1, because it spreads its attention evenly over all it can see.",
             "Undefined (0 / 0), so such queries are left out of a head's average.",
         ],
         answer=2,

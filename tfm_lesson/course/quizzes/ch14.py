@@ -84,7 +84,7 @@ QUESTIONS = [
         options=[
             "The most probable tokens that together make up 90% of the vocabulary, however much probability they hold.",
             "Only that token: it alone already holds at least 0.9 of the probability.",
-            "Every token whose probability is at least 0.9 × the largest one, here 0.855 and above.",
+            "Every token with at least 0.9 × the top probability, here 0.855 and above.",
         ],
         answer=1,
         feedback=[

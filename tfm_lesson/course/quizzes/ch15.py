@@ -31,8 +31,8 @@ QUESTIONS = [
             "length axis (dim 2).",
             "The queries, keys and values of every position, (batch, heads, length, d_k) each, growing along the heads "
             "axis with every new token.",
-            "The hidden states of every earlier position, (batch, length, d_model), from which each step rebuilds "
-            "its keys and values.",
+            "The hidden states of every earlier position, (batch, length, d_model), from which keys and values are "
+            "rebuilt.",
         ],
         answer=0,
         feedback=[

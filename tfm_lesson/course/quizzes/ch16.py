@@ -7,7 +7,7 @@ QUESTIONS = [
         options=[
             "The division by the spread: RMSNorm only subtracts the mean and applies the gain, so each vector keeps "
             "its size.",
-            "The learned gain: RMSNorm has no parameters at all, it only divides each vector by its root mean square.",
+            "The learned gain: RMSNorm has no parameters and only divides by the root mean square.",
             "Subtracting the mean (re-centring) and the shift beta; it keeps the re-scaling and the gain.",
         ],
         answer=2,
@@ -23,7 +23,7 @@ QUESTIONS = [
         prompt="With rotary embeddings, the query at position m and the key at position n are each rotated by "
                "their own position. What does their dot product depend on?",
         options=[
-            "The two tokens and the absolute positions m and n.",
+            "The tokens and the absolute positions m and n.",
             "The two tokens and the difference m - n only.",
             "The two tokens and the distance |m - n|, whichever comes first.",
         ],
@@ -75,7 +75,7 @@ QUESTIONS = [
     Question(
         prompt="SwiGLU has three matrices (gate, up, down) where the 2017 feed-forward network has two. To keep "
                "the parameter count of a d_ff = 2048 network, what hidden size does it use?",
-        options=["2048, the same d_ff as the 2017 network", "4096, twice d_ff, one half for the gate",
+        options=["2048, as in the 2017 network", "4096, twice d_ff, one half for the gate",
                  "about 1365, that is 2/3 of 2048"],
         answer=2,
         feedback=[

@@ -6,7 +6,7 @@ QUESTIONS = [
         prompt="A head's alignment names the link (3, 2) twice and the sure links hold it once. In Och & Ney's AER, "
                "how often does (3, 2) count?",
         options=[
-            "Twice: the head pointed there twice, so it is twice as sure of that link.",
+            "Twice: the head pointed there twice, so it is twice as sure.",
             "Once: an alignment is a set of links, so A ∩ S holds (3, 2) once.",
             "Not at all: a link named twice is a malformed prediction, so it is dropped from A ∩ S.",
         ],
@@ -42,8 +42,8 @@ QUESTIONS = [
         prompt="You measure an induction head's score on the first half of a repeated-token sequence and get "
                "almost 0. What does that say?",
         options=[
-            "That the head is not an induction head: an induction head attends to the token after the earlier copy at "
-            "every position.",
+            "That the head is not an induction head, which attends to the token after the earlier copy at every "
+            "position.",
             "Nothing: the first half is random, any earlier copy there is chance, and the score is defined on "
             "the repeat.",
             "That the model has not been trained long enough: an induction head forms late, and until then it scores "
