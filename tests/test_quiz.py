@@ -150,6 +150,26 @@ def test_the_longest_option_is_rarely_the_right_one():
                            f"({share:.0%}): write distractors as long and specific as the right answer")
 
 
+def test_the_shortest_option_is_rarely_the_right_one():
+    # Distractors written longer than the right answer open the opposite shortcut: always pick the shortest.
+    questions = _course_questions()
+    shortest = [q for q in questions if len(q.options[q.answer]) <= min(len(o) for o in q.options)]
+    share = len(shortest) / len(questions)
+    assert share <= 0.40, (f"the right option is the shortest in {len(shortest)} of {len(questions)} questions "
+                           f"({share:.0%}): always answering the shortest would pass")
+
+
+@pytest.mark.parametrize("chapter", quiz_chapters())
+def test_no_distractor_is_a_stub_beside_the_right_answer(chapter):
+    # A one-clause distractor next to a reasoned right answer gives the answer away by form alone.
+    for n, q in enumerate(load_quiz(chapter), 1):
+        right = len(q.options[q.answer])
+        for i, option in enumerate(q.options):
+            assert i == q.answer or 2 * len(option) >= right, (
+                f"chapter {chapter}, question {n}: option {quiz.LETTERS[i]} ({len(option)} characters) is under half "
+                f"the right option's length ({right}): state the misconception as fully as the right answer: {option!r}")
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name[:2])
 def test_a_student_copy_stores_no_quiz_answers_and_restore_brings_the_page_back(path):
     from tfm_lesson.course import restore, student_copy

@@ -5,7 +5,8 @@ QUESTIONS = [
     Question(
         prompt="A model has d_model = 512 and 8 heads, so each head has queries and keys of d_k = 64 numbers. "
                "By what are one head's scores Q Kᵀ divided?",
-        options=["√512 ≈ 22.6, the square root of d_model", "64, d_k itself", "√64 = 8, the square root of d_k"],
+        options=["√512 ≈ 22.6, the root of d_model", "64, d_k itself, the number of products summed",
+                 "√64 = 8, the square root of d_k"],
         answer=2,
         feedback=[
             "d_model is the width of the whole model; each head's dot products sum only d_k = 64 products, so "
@@ -37,8 +38,10 @@ QUESTIONS = [
         options=[
             "The scores spread over about ±√d_k, the softmax puts nearly all weight on one key, and its gradient "
             "becomes tiny, so queries and keys barely learn.",
-            "Nothing: the softmax is invariant to the size of the scores.",
-            "The dot products overflow float32.",
+            "Nothing that matters: the softmax only compares the scores with each other, so the same key wins and "
+            "training goes on exactly as it does with the scale.",
+            "The dot products of 1024 numbers grow beyond float32's range, overflow to infinity and turn the "
+            "softmax's output into NaN.",
         ],
         answer=0,
         feedback=[
@@ -54,7 +57,7 @@ QUESTIONS = [
         prompt="Why did the paper use (scaled) dot-product attention rather than additive attention, "
                "w·tanh(W₁q + W₂k)?",
         options=[
-            "Unscaled dot products work better than additive attention at every d_k.",
+            "Unscaled dot products already beat additive attention at every d_k; the scale only speeds up training.",
             "Additive attention needs queries and keys of the same sequence length, so it could not serve "
             "cross-attention between a source and a target of different lengths.",
             "Dot products are one matrix product, much faster and lighter in practice; the 1/√d_k scale removes "

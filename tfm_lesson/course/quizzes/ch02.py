@@ -9,7 +9,8 @@ QUESTIONS = [
             "The padded queries: the rows of the padding positions, for every head, so that a pad token produces no "
             "output of its own.",
             "The padded keys: the same columns, for every head and every query of that sentence.",
-            "Both the rows and the columns of the padding positions.",
+            "Both the rows and the columns of the padding positions, so a pad token neither looks at nor is seen by "
+            "any other.",
         ],
         answer=1,
         feedback=[
@@ -27,7 +28,8 @@ QUESTIONS = [
             "The same result as tfm_lesson: PyTorch uses one convention everywhere, True for the tokens that may be "
             "attended to.",
             "It runs and attends to the padding only: in nn.MultiheadAttention True means blocked.",
-            "An error, because the mask has the wrong polarity.",
+            "An error: PyTorch checks which convention a boolean mask follows and refuses one that marks the real "
+            "tokens.",
         ],
         answer=1,
         feedback=[
@@ -39,10 +41,12 @@ QUESTIONS = [
     Question(
         prompt="Why does the causal mask include the diagonal (query i may see key i)?",
         options=[
-            "It does not matter; the diagonal is a convention.",
+            "It does not matter much: without it each position still reads every earlier token, which carries the "
+            "context it needs.",
             "A position must see itself: without the diagonal the first position would see no key at all, and "
             "each position would lose its own token.",
-            "The diagonal is what lets the decoder see the token it must predict.",
+            "The diagonal lets position i see token i, the very token it is trained to predict, which the "
+            "decoder needs during training.",
         ],
         answer=1,
         feedback=[
@@ -56,7 +60,8 @@ QUESTIONS = [
     Question(
         prompt="You compute softmax(scores) and then multiply the weights by the mask. Which is true?",
         options=[
-            "This is exactly masking before the softmax.",
+            "Exactly masking before the softmax: the blocked weights become 0 and the visible weights keep their "
+            "values, so nothing else changes.",
             "It can never be repaired: the blocked keys already took part in the softmax, so their scores have changed "
             "every visible weight in a way no division can undo.",
             "The blocked weights are 0 but the rows no longer sum to one; divide each row by its new sum and the "

@@ -5,8 +5,10 @@ QUESTIONS = [
     Question(
         prompt="Without projections (Q = K = x, tokens of equal length), which is true of the scores x xᵀ?",
         options=[
-            "Nothing special: any pattern can appear.",
-            "They are all equal, so the weights are uniform.",
+            "Nothing special: the scores are as free as with projections, so a token may still score highest on the "
+            "previous word.",
+            "They are all equal, since tokens of equal length give equal dot products, so the weights are uniform "
+            "over the sentence.",
             "They are symmetric and every token's best match is itself, so a question like \"look at the "
             "previous word\" cannot be asked.",
         ],
@@ -14,7 +16,8 @@ QUESTIONS = [
         feedback=[
             "x_i · x_j = x_j · x_i: the table is always symmetric, and for vectors of equal length the diagonal is "
             "the largest entry of its row.",
-            "Different tokens give different dot products; the scores are symmetric, not equal.",
+            "Equal lengths do not make equal dot products: the angle between two tokens still varies, so the scores "
+            "are symmetric, not equal.",
             "Right: with learned W^Q ≠ W^K the score x_i W^Q (W^K)ᵀ x_jᵀ is no longer symmetric, so token i can "
             "look at j without j looking at i.",
         ],
@@ -35,7 +38,7 @@ QUESTIONS = [
         prompt="Why does each of the h heads work in d_k = d_model / h dimensions rather than d_model?",
         options=[
             "So that h heads together cost about as much as one full-width head.",
-            "Because the softmax only works on small vectors.",
+            "Because the softmax saturates on wide vectors, and a narrow head keeps its weights soft.",
             "Because the scale 1/√d_k must be larger than 1/√d_model for the softmax to stay sharp enough.",
         ],
         answer=0,
@@ -51,14 +54,15 @@ QUESTIONS = [
                "and values come from, and what shape are one head's weights?",
         options=[
             "Queries from the decoder, keys and values from the encoder's output; (n, m).",
-            "All three from the decoder; (n, n).",
-            "Queries from the encoder's output, keys and values from the decoder's stream; (m, n).",
+            "All three from the decoder, whose stream already holds what the encoder passed it; (n, n).",
+            "Queries from the encoder's output, keys and values from the decoder; (m, n).",
         ],
         answer=0,
         feedback=[
             "Right: each target position asks its question of the source sentence, so the map is not square, and "
             "the padding mask is the source's.",
-            "That is the decoder's self-attention, its first sub-layer.",
+            "That is the decoder's self-attention, its first sub-layer; the source reaches the decoder's stream only "
+            "through cross-attention.",
             "The target positions are the ones that ask (queries); the source answers (keys and values).",
         ],
     ),

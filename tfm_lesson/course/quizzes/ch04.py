@@ -11,14 +11,16 @@ QUESTIONS = [
             "outputs.",
             "Different vectors: the dot products change when the words come in a different order, so dog's weights "
             "over the other words change too.",
-            "An error, because the sequences must be sorted.",
+            "A different vector only for the words that moved: dog changed place, so its vector changes, while "
+            "bites, still in the middle, keeps its own.",
         ],
         answer=0,
         feedback=[
             "Right: attention is permutation equivariant, so order has to be written into the vectors.",
             "Nothing in attention depends on where a token sits; the chapter measured the outputs moving with the "
             "shuffle.",
-            "Any order runs; the problem is that every order gives the same answers.",
+            "Where a word sits never enters attention: dog gets the same vector in both sentences, whether or not it "
+            "moved.",
         ],
     ),
     Question(
@@ -26,7 +28,7 @@ QUESTIONS = [
                "and q (vectors as rows)?",
         options=[
             "PE_p · PE_q, the plain dot product plotted in the chapter.",
-            "None: positions are added after attention.",
+            "None: positions enter after attention.",
             "PE_p W^Q (W^K)ᵀ PE_qᵀ, divided by √d_k.",
         ],
         answer=2,
@@ -41,8 +43,8 @@ QUESTIONS = [
         prompt="How is the positional encoding combined with the token embeddings in the paper?",
         options=[
             "Added: both have d_model numbers per token.",
-            "Concatenated, doubling the width to 2·d_model.",
-            "Multiplied element by element.",
+            "Concatenated, giving 2·d_model per token.",
+            "Multiplied element by element, each feature scaled by its position's wave.",
         ],
         answer=0,
         feedback=[
@@ -55,10 +57,12 @@ QUESTIONS = [
         prompt="What did the paper find when it replaced the sinusoids by learned positional embeddings "
                "(table 3, row E)?",
         options=[
-            "Learned embeddings were clearly better, so most models since use them for that reason.",
+            "Learned embeddings were clearly better, with a lower perplexity and a higher BLEU, so most models since "
+            "have used them for that reason.",
             "Nearly identical results (the same dev perplexity, 4.92; BLEU 25.7 against 25.8); the sinusoids were "
             "kept because they may extrapolate to longer sequences.",
-            "Learned embeddings did not train at all.",
+            "Learned embeddings trained worse: they overfit the positions seen in training, so the paper kept the "
+            "sinusoids for their accuracy.",
         ],
         answer=1,
         feedback=[

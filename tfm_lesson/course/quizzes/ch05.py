@@ -24,7 +24,7 @@ QUESTIONS = [
         options=[
             "(x − mean) / (x.std(-1) + eps), with torch's default (unbiased) standard deviation over the features.",
             "(x − mean) / sqrt(var + eps), var the biased variance (divide by d_model).",
-            "(x − mean) / sqrt(var) + eps.",
+            "(x − mean) / sqrt(var) + eps, var the biased variance, eps added once the division is done.",
         ],
         answer=1,
         feedback=[
@@ -54,7 +54,7 @@ QUESTIONS = [
         options=[
             "To the sub-layer's output, before it is added to x.",
             "To the sum x + Sublayer(x), just before the norm, so that the whole residual stream is regularised.",
-            "To the input x, before the sub-layer.",
+            "To the sub-layer's input, so that each sub-layer reads a partly dropped copy of x.",
         ],
         answer=0,
         feedback=[

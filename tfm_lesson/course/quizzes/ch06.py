@@ -9,7 +9,8 @@ QUESTIONS = [
             "No: the same small network is applied to each position on its own; only attention mixes positions.",
             "Yes: the FFN mixes information across positions, like attention does, since W_1 sees the whole (seq_len, "
             "d_model) input.",
-            "Only when seq_len is larger than d_ff.",
+            "Only when seq_len is larger than d_ff: then the hidden units must be shared out among the positions, "
+            "which start to mix.",
         ],
         answer=0,
         feedback=[
@@ -23,7 +24,7 @@ QUESTIONS = [
     Question(
         prompt="You remove the ReLU between W_1 and W_2 (d_model = 512, d_ff = 2048). What is left?",
         options=[
-            "A wider, more powerful network: 2048 hidden units instead of 512.",
+            "A wider, more powerful network: 2048 hidden units instead of 512, each its own feature.",
             "The same function as before: ReLU only speeds up training, so the network still computes what it did, "
             "just more slowly.",
             "One linear map x W + b with W = W_1 W_2, a 512 x 512 matrix: the expansion buys nothing.",
@@ -42,8 +43,9 @@ QUESTIONS = [
                "does the feed-forward network hold?",
         options=[
             "About half: the decoder layer's extra cross-attention is as large as its self-attention.",
-            "About two thirds, as in the encoder layer: the FFN's 2 d_model d_ff weights dominate every layer.",
-            "Almost nothing: the parameters are in attention.",
+            "About two thirds, as in the encoder layer: the FFN's 2 d_model d_ff weights dominate.",
+            "A small share: attention holds most of them, since a decoder layer has two attentions of four "
+            "d_model x d_model matrices each.",
         ],
         answer=0,
         feedback=[
@@ -61,8 +63,10 @@ QUESTIONS = [
             "It is zero at the minimum (z ≈ -0.75), changes sign there, and the vectorised CPU kernel returns "
             "exactly 0 far left (from about z = -6.5), though the true slope there, about -7.6e-22 at z = -10, "
             "fits in float32.",
-            "It is never exactly zero, so no unit can ever be dead.",
-            "It is zero for every negative z, exactly like ReLU's.",
+            "It is never exactly zero: Φ(z) + z φ(z) stays positive for every z and float32 holds numbers down to "
+            "about 1e-38, so unlike ReLU no unit can ever be dead, even far to the left.",
+            "It is exactly zero for every negative z, as for ReLU: GELU only rounds the corner at 0, so a negative "
+            "input passes no gradient at all.",
         ],
         answer=0,
         feedback=[

@@ -5,7 +5,7 @@ QUESTIONS = [
     Question(
         prompt="In an encoder layer, which sub-layer lets one position's vector change another position's output?",
         options=[
-            "The feed-forward network.",
+            "The feed-forward network: its wide hidden layer mixes what the positions hold.",
             "Self-attention.",
             "The layer norms: they normalise over the sequence.",
         ],
@@ -23,7 +23,8 @@ QUESTIONS = [
             "The same numbers: padded keys get exactly zero weight, so nothing of them reaches the real tokens.",
             "Slightly different numbers: the padded keys get tiny but non-zero weights, so a little of the padding "
             "still leaks in.",
-            "Numbers that depend on the first sentence, since they share a batch.",
+            "Numbers that depend on the first sentence: attention and the norms run over the whole batch, so the "
+            "longer sentence leaks in.",
         ],
         answer=0,
         feedback=[
@@ -31,14 +32,16 @@ QUESTIONS = [
             "are untouched by the padding.",
             "With a boolean mask the padded keys' scores become -inf and their weights exactly 0; the chapter "
             "checks batched == alone and even fills the padding with large garbage.",
-            "Sentences in a batch never meet: attention runs within each sentence (the batch axis is never mixed).",
+            "Sentences in a batch never meet: attention runs within each sentence and layer norm within each position "
+            "(the batch axis is never mixed).",
         ],
     ),
     Question(
         prompt="Which stack needs a final LayerNorm after its last layer?",
         options=[
             "The post-norm stack of the paper, x = LayerNorm(x + Sublayer(x)).",
-            "Neither: the layers already normalise everything.",
+            "Neither: every layer of either stack holds its own layer norms, so the stream leaves the last layer "
+            "normalised.",
             "The pre-norm stack, x = x + Sublayer(LayerNorm(x)).",
         ],
         answer=2,

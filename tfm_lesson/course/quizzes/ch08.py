@@ -6,7 +6,7 @@ QUESTIONS = [
         prompt="In the decoder's cross-attention, where do the queries come from, and where the keys and values?",
         options=[
             "Queries from the encoder's output (the memory), keys and values from the decoder.",
-            "All three from the memory; the decoder only adds the result.",
+            "All three from the memory; the decoder adds the result.",
             "Queries from the decoder, keys and values from the memory.",
         ],
         answer=2,
@@ -23,9 +23,9 @@ QUESTIONS = [
         prompt="During training the decoder sees the whole target at once. What keeps position i from "
                "reading the token it must predict?",
         options=[
-            "The padding mask.",
+            "The padding mask: a target's later tokens count as padding until their turn.",
             "The causal mask: query i may attend only to keys j <= i.",
-            "Nothing needs to: the model cannot use the future anyway.",
+            "Nothing: the model cannot use the future anyway.",
         ],
         answer=1,
         feedback=[
@@ -42,7 +42,7 @@ QUESTIONS = [
         options=[
             "The decoder's stream (the query) only; the memory enters as it is.",
             "Both the decoder's stream and the encoder's memory, so that queries and keys arrive on the same scale.",
-            "The memory only.",
+            "The memory only: the decoder's stream was already normalised by norm1, before self-attention.",
         ],
         answer=0,
         feedback=[
@@ -60,7 +60,7 @@ QUESTIONS = [
             "Only a pre-norm stack: the paper's post-norm stack has no final norm.",
             "The post-norm stack of the paper, like nn.Transformer's, which adds a final LayerNorm after its last "
             "decoder layer.",
-            "Every stack, since nn.Transformer always adds one.",
+            "Every stack: the paper's design and nn.Transformer both end the decoder with one more LayerNorm.",
         ],
         answer=0,
         feedback=[

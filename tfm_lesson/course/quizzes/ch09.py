@@ -42,8 +42,10 @@ QUESTIONS = [
     Question(
         prompt="T.Transformer's generator returns logits. Why not probabilities from a softmax?",
         options=[
-            "Because the paper's model has no softmax.",
-            "Logits and probabilities are the same thing after training.",
+            "Because the paper's model has no softmax: its output layer is a linear map, and training compares those "
+            "scores with the targets directly.",
+            "Logits become probabilities once trained: the loss pushes each row to be positive and to sum to one, so a "
+            "softmax adds nothing.",
             "F.cross_entropy applies log-softmax itself, in one numerically stable step; softmax(...).log() "
             "underflows to -inf for unlikely tokens.",
         ],

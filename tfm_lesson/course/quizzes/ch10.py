@@ -26,7 +26,7 @@ QUESTIONS = [
                "and divides by 100. What goes wrong?",
         options=[
             "The loss is 30% too small, and its size depends on how much padding each batch happens to have.",
-            "Nothing: padding contributes zero anyway.",
+            "Nothing: the padded positions add zero to the sum, so the mean over all positions is the same.",
             "The gradients point in the wrong direction, because the padded positions pull the model towards "
             "predicting padding.",
         ],
@@ -43,8 +43,10 @@ QUESTIONS = [
         prompt="Your label-smoothed loss puts 0.9 on the right token and 0.1/(V−2) on every other token except "
                "padding. The checker says it differs from F.cross_entropy(label_smoothing=0.1). Why?",
         options=[
-            "Because F.cross_entropy ignores smoothing when ignore_index is set.",
-            "Because smoothing must be applied to the logits, not to the target.",
+            "Because F.cross_entropy turns label smoothing off whenever ignore_index is set, so the checker compares "
+            "your smoothed loss with a plain, unsmoothed one.",
+            "Because smoothing must be applied to the logits, not to the target: PyTorch shrinks the logits towards "
+            "their mean before the log-softmax.",
             "Because PyTorch mixes the one-hot target with the uniform distribution over all V tokens: ε/V on "
             "every token, so the right one gets 1 − ε + ε/V.",
         ],
@@ -59,8 +61,10 @@ QUESTIONS = [
     Question(
         prompt="Why does the paper warm the learning rate up instead of starting at its peak?",
         options=[
-            "Because attention weights start almost uniform and need time to sharpen.",
-            "Because a small learning rate at the start makes the final model more accurate in general.",
+            "Because attention weights start almost uniform, and large early steps would lock them there before the "
+            "heads have had time to sharpen.",
+            "Because a small learning rate at the start settles the weights in a better region, so the final model is "
+            "more accurate, whatever the optimiser and wherever the norms happen to sit.",
             "Because Adam's running averages rest on very few gradients at first, so its steps are erratic, and "
             "post-norm stacks have large gradients near the output at initialisation.",
         ],
@@ -79,8 +83,10 @@ QUESTIONS = [
         options=[
             "The step uses the unclipped gradients; clipping afterwards changes gradients that are about to be "
             "cleared, so it does nothing.",
-            "The same as clipping before: the gradients are clipped either way.",
-            "PyTorch raises an error.",
+            "The same as clipping before: the gradients are clipped either way, and the optimiser reads them whenever "
+            "it needs them.",
+            "PyTorch raises an error: clip_grad_norm_ refuses gradients that the optimiser has already used for "
+            "a step.",
         ],
         answer=0,
         feedback=[
@@ -93,7 +99,7 @@ QUESTIONS = [
         prompt="Your loss sits at 3.2 ≈ log V for 300 steps while every reference run is below 1.5 by then. What is "
                "the most likely cause?",
         options=[
-            "A leak: the model sees the answer.",
+            "A leak in the mask: the model sees the token it must predict, so there is nothing left for it to learn.",
             "The model is too small for the task: with so few parameters it cannot beat a uniform guess over the "
             "vocabulary.",
             "No gradient reaches the weights, or the learning rate is zero.",

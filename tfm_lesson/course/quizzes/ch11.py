@@ -8,8 +8,9 @@ QUESTIONS = [
         options=[
             "All 4 × V extensions are ranked by total log-probability and the best 4 are kept, whichever beams "
             "they come from.",
-            "Each beam keeps its own most probable next word.",
-            "The 4 most probable next words of the best beam are kept.",
+            "Each beam keeps its own most probable next word, so every beam survives and grows by one token.",
+            "The 4 most probable next words of the best beam are kept, since the best prefix so far is the one "
+            "most worth extending.",
         ],
         answer=0,
         feedback=[
@@ -22,9 +23,10 @@ QUESTIONS = [
     Question(
         prompt="Without a length penalty (α = 0), which outputs does beam search tend to prefer?",
         options=[
-            "Longer ones, because they contain more words and each word adds to the total score.",
+            "Longer ones, because each extra word adds to the total score.",
             "Shorter ones, because every extra token adds a negative log-probability.",
-            "Neither: log-probabilities do not depend on length.",
+            "Neither: each token's log-probability is a normalised score, so long and short outputs are judged on "
+            "equal terms.",
         ],
         answer=1,
         feedback=[
@@ -37,8 +39,10 @@ QUESTIONS = [
         prompt="Your test set has two sentences: one perfect, one very short and wrong. Why can corpus BLEU differ "
                "from the mean of the two sentence BLEUs?",
         options=[
-            "Because sacreBLEU rounds differently in the two functions.",
-            "They cannot differ: corpus BLEU is defined as the mean of sentence BLEUs.",
+            "Because sacreBLEU rounds each sentence's score before averaging, and the rounding errors of a perfect "
+            "sentence and a poor one add up to a visible gap.",
+            "They cannot differ: corpus BLEU is defined as the mean of the sentence BLEUs, so any gap you see is a bug "
+            "in your own code.",
             "Because corpus BLEU pools the n-gram counts of all sentences and applies one brevity penalty to the "
             "whole corpus, instead of averaging per-sentence scores.",
         ],
@@ -54,10 +58,12 @@ QUESTIONS = [
         prompt="The model scores BLEU in the 80s on this chapter's test sentences; the paper's base model scores "
                "38.1 on WMT 2014 English→French. What can you conclude?",
         options=[
-            "Our small model translates better than the paper's.",
+            "Our small model translates better than the paper's: BLEU is one fixed scale, so a higher score means "
+            "better translations wherever it was measured.",
             "Nothing about the comparison: our sentences come from one small grammar with one exact reference, the "
             "paper's are real news text.",
-            "BLEU is broken on French.",
+            "BLEU is unreliable on French, whose accents and agreements make exact n-gram matches rare, so neither "
+            "score can be trusted.",
         ],
         answer=1,
         feedback=[

@@ -6,8 +6,8 @@ QUESTIONS = [
         prompt="The first query of the decoder's masked self-attention sees one key. What is its normalised "
                "entropy H / log k?",
         options=[
-            "0, because its single weight is 1.",
-            "1, because it spreads its attention uniformly over everything it can see.",
+            "0, because its single weight is 1: a query with all its weight on one key is as sharp as it can be.",
+            "1, because it spreads its attention evenly over all it can see.",
             "Undefined (0 / 0), so such queries are left out of a head's average.",
         ],
         answer=2,
@@ -23,7 +23,8 @@ QUESTIONS = [
         prompt="To switch head 2 off, you zero features 2·d_k … 3·d_k − 1 of the OUTPUT of W^O. Does that remove head "
                "2's contribution?",
         options=[
-            "Yes: those features belong to head 2.",
+            "Yes: head 2 produced features 2·d_k … 3·d_k − 1, so zeroing that slice of the output removes exactly "
+            "its share.",
             "No: after the projection W^O every feature mixes all heads; the slice must be zeroed in W^O's input.",
             "Yes, but only when d_k divides d_model evenly; otherwise the last head's slice spills into its "
             "neighbour's features after W^O.",
@@ -42,14 +43,18 @@ QUESTIONS = [
         options=[
             "That the heads back each other up: each alone costs far less than the whole block (compare the "
             "block's bar with the heads' row in the chapter's figures).",
-            "That the block does nothing important.",
-            "That the ablation hook is wrong.",
+            "That the heads are unimportant: since no single head costs much, the model could drop any of them, "
+            "and the whole block with them, at little cost "
+            "to its accuracy.",
+            "That the ablation hook is wrong: heads removed one by one should add up to the block's cost, so the hook "
+            "misses part of each head.",
         ],
         answer=0,
         feedback=[
             "Right: single-head ablation underestimates what a block does when its heads carry overlapping "
             "information.",
-            "If the block did nothing, removing all of it would cost nothing too.",
+            "Removing all four heads costs almost every point: small single-head costs say the heads overlap, not that "
+            "they are unimportant.",
             "The hook was checked against a by-hand computation; the effect is real.",
         ],
     ),
@@ -58,8 +63,9 @@ QUESTIONS = [
                "few heads cost far more than the rest. Why also report Spearman's rank correlation?",
         options=[
             "Because it correlates ranks, so a few extreme heads count as a few ranks instead of dominating the sum.",
-            "Because Spearman's is always larger.",
-            "Because Pearson's r cannot be negative.",
+            "Because Spearman's is always larger in size than Pearson's, so it shows the relation at its strongest.",
+            "Because Pearson's r cannot be negative, so a falling trend between entropy and damage shows up only in "
+            "the ranks.",
         ],
         answer=0,
         feedback=[

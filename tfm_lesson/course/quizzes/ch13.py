@@ -5,8 +5,10 @@ QUESTIONS = [
     Question(
         prompt="Your from-scratch Transformer trains: the loss goes down steadily. What does that prove?",
         options=[
-            "That it is correct: a wrong model would not learn.",
-            "That the attention is correct, though the rest may not be.",
+            "That it is correct: a wrong model would not learn, so a loss that falls steadily means every part "
+            "computes what it should.",
+            "That the attention is correct, since attention is where the model learns what to look at, though the "
+            "embeddings, the norms or the feed-forward layers may still hide a bug.",
             "Little: most classic bugs keep the shapes right and still train; only parity with a reference on the "
             "same weights and inputs, corner cases included, shows it is right.",
         ],
@@ -27,7 +29,8 @@ QUESTIONS = [
             "A training loss far below a correct model's from the very first steps, and poor greedy decoding.",
             "A final training loss a little lower than a correct model's, reached only at the end of training once the "
             "leak has been learnt.",
-            "A NaN loss.",
+            "A NaN loss early in training, because the shifted mask lets the scores of future positions overflow "
+            "the softmax.",
         ],
         answer=0,
         feedback=[
@@ -44,8 +47,10 @@ QUESTIONS = [
         options=[
             "Never (for batch <= max_len): (batch, 1, d_model) broadcasts over the sequence; each sequence gets one "
             "encoding for all its positions.",
-            "Whenever batch != seq_len.",
-            "Only for batch size 1.",
+            "Whenever batch != seq_len: the encoding's first axis must match the sequence axis of x, so any other "
+            "batch size raises a shape error at once.",
+            "Only for batch size 1: then the slice has a single row, and its one encoding cannot be stretched over "
+            "seq_len positions.",
         ],
         answer=0,
         feedback=[
@@ -58,10 +63,13 @@ QUESTIONS = [
     Question(
         prompt="With -inf masking, which mask gives a query a fully masked row (and so a NaN output)?",
         options=[
-            "Any padding mask: padded queries always get empty rows.",
+            "Any padding mask: padded queries always get empty rows, since a pad token may attend to nothing, "
+            "whether the padding sits on the left or on the "
+            "right of the sentence.",
             "A left-padded target under the causal mask (its first, padded query sees only itself), an all-padding "
             "sequence, or a mask that hides padded queries as well as keys.",
-            "A key-only padding mask on a right-padded batch.",
+            "A key-only padding mask on a right-padded batch: the padded queries at the end of each sentence find "
+            "every key hidden.",
         ],
         answer=1,
         feedback=[

@@ -8,7 +8,7 @@ QUESTIONS = [
         options=[
             "The cross-attention sub-layer, with its layer norm and dropout: there is no encoder, so there is no "
             "memory to attend to.",
-            "The causal mask: a language model should see the whole sentence.",
+            "The causal mask: a language model should see the whole sentence around each word to understand it.",
             "The feed-forward network: attention alone is enough for next-token prediction, and dropping it halves the "
             "block's parameters.",
         ],
@@ -25,9 +25,11 @@ QUESTIONS = [
         prompt="A byte-level BPE tokenizer meets a word, or an emoji, that never appeared in its training text. "
                "What happens?",
         options=[
-            "It is replaced by an <unk> token.",
+            "It is replaced by an <unk> token, since only pieces seen in the training text made it into the "
+            "vocabulary.",
             "It is encoded as shorter pieces, down to single bytes if needed, and decodes back exactly.",
-            "Encoding raises an error.",
+            "Encoding raises an error: the merges cover only the byte sequences that appeared while the tokenizer was "
+            "trained.",
         ],
         answer=1,
         feedback=[
@@ -59,8 +61,10 @@ QUESTIONS = [
         prompt="The chapter's model has a held-out perplexity of about 10 and a unigram model about 134. What does "
                "that say?",
         options=[
-            "The model gets 10% of the next tokens right.",
-            "The model is 13 times faster than the unigram model.",
+            "The model's top guess is right about one time in 10 and the unigram model's one time in 134: perplexity "
+            "is the mean number of tries until the right token comes up.",
+            "The model makes about 13 times fewer mistakes than the unigram model: the ratio of two perplexities is "
+            "the ratio of their error rates.",
             "On average, the model is as unsure of the next token as a uniform choice among about 10 tokens; "
             "the unigram model, which ignores the context, as unsure as a choice among about 134.",
         ],
@@ -68,7 +72,8 @@ QUESTIONS = [
         feedback=[
             "Perplexity is not an accuracy: it is exp of the mean cross-entropy, the effective number of equally "
             "likely choices.",
-            "Perplexity measures prediction, not speed.",
+            "Perplexity is not an error rate, so neither is the ratio of two: it compares effective numbers of "
+            "choices, about 134 against about 10.",
             "Right: perplexity = exp(mean −log p(next token)); using the context cuts the choice from about 134 "
             "to about 10.",
         ],
@@ -77,9 +82,9 @@ QUESTIONS = [
         prompt="You sample with top_p = 0.9 and the model is very sure: the most probable next token has "
                "probability 0.95. Which tokens can be drawn?",
         options=[
-            "The tokens that together make up 90% of the vocabulary.",
+            "The most probable tokens that together make up 90% of the vocabulary, however much probability they hold.",
             "Only that token: it alone already holds at least 0.9 of the probability.",
-            "Every token whose probability is at least 0.9 × the largest one, here 0.855 and above.",
+            "Every token with at least 0.9 × the top probability, here 0.855 and above.",
         ],
         answer=1,
         feedback=[
@@ -95,8 +100,10 @@ QUESTIONS = [
         options=[
             "Dividing the logits by a tiny temperature makes the largest one dominate the softmax: sampling "
             "becomes greedy decoding.",
-            "It makes every token equally likely.",
-            "It has no effect once top-k is used.",
+            "It flattens the distribution: every token becomes almost equally likely, and the sampled text turns "
+            "random.",
+            "It has no effect once top-k is used: the k kept tokens are drawn by rank, so rescaling the logits changes "
+            "nothing.",
         ],
         answer=0,
         feedback=[
@@ -104,7 +111,8 @@ QUESTIONS = [
             "temperature 0 is defined as greedy (the argmax) to avoid dividing by zero.",
             "That is what a very HIGH temperature does: logits / τ (τ the temperature) all tend to 0, and the "
             "softmax becomes uniform.",
-            "Temperature changes the probabilities among the tokens top-k keeps (and which top-p keeps).",
+            "The kept tokens are drawn by probability, not by rank: temperature changes those probabilities among "
+            "the tokens top-k keeps (and which tokens top-p keeps).",
         ],
     ),
 ]

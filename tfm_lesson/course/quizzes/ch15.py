@@ -11,7 +11,8 @@ QUESTIONS = [
             "change anything computed for the earlier positions.",
             "Because the weights do not change during generation: every key, value and hidden state computed for a "
             "position is a fixed function of the weights, so it stays valid forever.",
-            "Because attention is a linear function of its inputs.",
+            "Because attention is a linear function of its inputs, so the old keys and values add up with the new "
+            "token's instead of being recomputed.",
         ],
         answer=0,
         feedback=[
@@ -30,7 +31,8 @@ QUESTIONS = [
             "length axis (dim 2).",
             "The queries, keys and values of every position, (batch, heads, length, d_k) each, growing along the heads "
             "axis with every new token.",
-            "The hidden states of every earlier position, (batch, length, d_model).",
+            "The hidden states of every earlier position, (batch, length, d_model), from which keys and values are "
+            "rebuilt.",
         ],
         answer=0,
         feedback=[
@@ -65,7 +67,8 @@ QUESTIONS = [
         prompt="In an encoder-decoder, what happens to cross-attention's keys and values while decoding with a "
                "cache?",
         options=[
-            "They are appended one position per step, like self-attention's.",
+            "They are appended one position per step, like self-attention's, as the decoder writes each new target "
+            "token.",
             "They cannot be cached, because the decoder's queries change at every step and the keys and values are "
             "computed with them.",
             "They are computed once from the memory at the first step and reused at every later step.",
@@ -83,7 +86,8 @@ QUESTIONS = [
     Question(
         prompt="What does the cache cost?",
         options=[
-            "Nothing: it only saves work.",
+            "Nothing worth counting: the cache keeps only the newest key and value of each layer, so it saves work at "
+            "no real cost.",
             "Memory: 2 x layers x batch x heads x d_k x length x bytes per number, growing with every generated "
             "token.",
             "Accuracy: cached generation gives slightly different tokens, because the cached keys go stale as the "

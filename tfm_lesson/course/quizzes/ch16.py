@@ -5,8 +5,9 @@ QUESTIONS = [
     Question(
         prompt="RMSNorm computes weight * x / sqrt(mean(x**2) + eps). Compared with layer norm, what does it drop?",
         options=[
-            "The division: RMSNorm only subtracts the mean.",
-            "The learned gain: RMSNorm has no parameters at all, it only divides each vector by its root mean square.",
+            "The division by the spread: RMSNorm only subtracts the mean and applies the gain, so each vector keeps "
+            "its size.",
+            "The learned gain: RMSNorm has no parameters and only divides by the root mean square.",
             "Subtracting the mean (re-centring) and the shift beta; it keeps the re-scaling and the gain.",
         ],
         answer=2,
@@ -22,7 +23,7 @@ QUESTIONS = [
         prompt="With rotary embeddings, the query at position m and the key at position n are each rotated by "
                "their own position. What does their dot product depend on?",
         options=[
-            "The two tokens and the absolute positions m and n.",
+            "The tokens and the absolute positions m and n.",
             "The two tokens and the difference m - n only.",
             "The two tokens and the distance |m - n|, whichever comes first.",
         ],
@@ -74,7 +75,8 @@ QUESTIONS = [
     Question(
         prompt="SwiGLU has three matrices (gate, up, down) where the 2017 feed-forward network has two. To keep "
                "the parameter count of a d_ff = 2048 network, what hidden size does it use?",
-        options=["2048, the same d_ff as the 2017 network", "4096, twice d_ff", "about 1365, that is 2/3 of 2048"],
+        options=["2048, as in the 2017 network", "4096, twice d_ff, one half for the gate",
+                 "about 1365, that is 2/3 of 2048"],
         answer=2,
         feedback=[
             "With three d_model x 2048 matrices SwiGLU would have 1.5 times the parameters, and any gain could "
@@ -89,7 +91,8 @@ QUESTIONS = [
                "differences over 3 seeds (for each seed, the new variant's loss minus the old one's) have a standard "
                "deviation of 0.03. What can you conclude?",
         options=[
-            "The change helps: its mean loss is lower.",
+            "The change helps: its mean held-out loss is lower, and a mean over 3 seeds has already averaged the "
+            "noise out.",
             "The change hurts: the paired differences spread three times wider (0.03) than the mean gain (0.01), so "
             "the new variant is really worse.",
             "Nothing at this scale: the difference is inside the noise; more seeds, longer runs or larger "

@@ -6,9 +6,9 @@ QUESTIONS = [
         prompt="A head's alignment names the link (3, 2) twice and the sure links hold it once. In Och & Ney's AER, "
                "how often does (3, 2) count?",
         options=[
-            "Twice: the head pointed there twice, so it is twice as sure of that link.",
+            "Twice: the head pointed there twice, so it is twice as sure.",
             "Once: an alignment is a set of links, so A ∩ S holds (3, 2) once.",
-            "Not at all: repeated links are errors.",
+            "Not at all: a link named twice is a malformed prediction, so it is dropped from A ∩ S.",
         ],
         answer=1,
         feedback=[
@@ -22,10 +22,12 @@ QUESTIONS = [
         prompt="Why does AER give possible links (P) credit only in the numerator's |A ∩ P|, while its denominator "
                "|A| + |S| counts the predicted links and the sure links, never |P|?",
         options=[
-            "Because possible links are rarer than sure ones.",
+            "Because possible links are rarer than sure ones, so putting |P| below the line would barely change the "
+            "score and only complicate the formula.",
             "Predicting a possible link is not wrong (precision), but missing one is not an error either (recall "
             "is measured on the sure links).",
-            "It is a typo in the paper; the denominator should be |A| + |P|.",
+            "It is a typo in the paper: the denominator should be |A| + |P|, so that possible links count on both "
+            "sides of the fraction.",
         ],
         answer=1,
         feedback=[
@@ -40,11 +42,12 @@ QUESTIONS = [
         prompt="You measure an induction head's score on the first half of a repeated-token sequence and get "
                "almost 0. What does that say?",
         options=[
-            "That the head is not an induction head: an induction head attends to the token after the earlier copy at "
-            "every position.",
+            "That the head is not an induction head, which attends to the token after the earlier copy at every "
+            "position.",
             "Nothing: the first half is random, any earlier copy there is chance, and the score is defined on "
             "the repeat.",
-            "That the model has not been trained long enough.",
+            "That the model has not been trained long enough: an induction head forms late, and until then it scores "
+            "near 0 on both halves.",
         ],
         answer=1,
         feedback=[
@@ -59,10 +62,12 @@ QUESTIONS = [
         prompt="An induction head in layer 1 attends from position t to the token after the earlier copy of token "
                "t. Which layer-0 head makes that possible?",
         options=[
-            "A head that attends to the first token.",
+            "A head that attends to the first token: it gives every position the same anchor, from which the layer-1 "
+            "head counts its way to the earlier copy.",
             "A previous-token head: it writes each token's predecessor into its position, so the key at s can say "
             "'the token before me was x'.",
-            "None: the layer-1 head can match tokens on its own.",
+            "None: the layer-1 head can match tokens on its own, since its query and the earlier copy's key hold the "
+            "same token.",
         ],
         answer=1,
         feedback=[
@@ -80,7 +85,7 @@ QUESTIONS = [
         options=[
             "At position t − seg_len + 1, the key the head attends to, where the copied token sits.",
             "At position t, the query whose output predicts token t + 1.",
-            "At every position at once, to be safe.",
+            "At every position at once, so that whatever the head contributes reaches the prediction.",
         ],
         answer=1,
         feedback=[
@@ -94,10 +99,12 @@ QUESTIONS = [
         prompt="Across heads, attention to the right place and the damage an ablation does rank the heads "
                "differently. What is the careful conclusion?",
         options=[
-            "Attention weights are meaningless.",
+            "Attention weights are meaningless: a map shows where a head looks, and that says nothing about what the "
+            "model computes.",
             "Attention says where a head reads; intervention says what the model needs. They answer different "
             "questions, so an attention map alone is not an explanation.",
-            "Ablation is broken, since it disagrees with the maps.",
+            "Ablation is broken, since it disagrees with the maps: zeroing a head also shifts the other heads' inputs, "
+            "so the damage is not the head's own.",
         ],
         answer=1,
         feedback=[

@@ -9,7 +9,8 @@ QUESTIONS = [
         options=[
             "d is multiplied by exp(3 - 5) first, so that every term is measured against the new maximum 5; then the "
             "third block's exp(x - 5) terms are added.",
-            "Nothing: the third block's exp(x - 5) terms are added to d.",
+            "Nothing: the third block's exp(x - 5) terms are added to d; the maximum is subtracted only to keep "
+            "exp() from overflowing.",
             "d is thrown away and recomputed from the first two blocks, which the online softmax keeps in memory for "
             "exactly this case, now measured against the new maximum 5.",
         ],
@@ -45,7 +46,7 @@ QUESTIONS = [
         options=[
             "All of them: every key 4..7 comes before every query 8..11.",
             "The lower triangle of the 4 x 4 tile, as in every tile: torch.ones(4, 4).tril().",
-            "None: the tile is off the diagonal.",
+            "None: the tile is off the diagonal, where the causal mask blocks every entry.",
         ],
         answer=0,
         feedback=[
@@ -60,7 +61,8 @@ QUESTIONS = [
         prompt="What does the backward pass of the chapter's FlashAttention keep from the forward pass, besides "
                "Q, K and V?",
         options=[
-            "The (q_len, k_len) matrix of probabilities, since the gradient needs it.",
+            "The (q_len, k_len) matrix of probabilities, since the softmax's gradient needs every probability it "
+            "produced.",
             "Nothing: the backward pass reruns the whole forward pass, tile by tile, to rebuild every running maximum "
             "and running sum before it differentiates.",
             "The output and one number per query, the log-sum-exp of its scores; each tile of probabilities is "
@@ -79,10 +81,12 @@ QUESTIONS = [
     Question(
         prompt="Against the explicit attention, what does tiling change on this CPU?",
         options=[
-            "The number of floating-point operations: tiles skip work.",
+            "The number of floating-point operations: tiles never form the full score matrix, so they skip most of "
+            "its work.",
             "The memory: no (q_len, k_len) matrix is formed, only tiles of block x block and O(q_len) running "
             "state, for the same result up to rounding.",
-            "The result: tiles give an approximation of softmax attention.",
+            "The result: tiles give an approximation of softmax attention, since each tile sees only part of the row, "
+            "close but not exact.",
         ],
         answer=1,
         feedback=[
@@ -101,8 +105,10 @@ QUESTIONS = [
         options=[
             "Each step multiplies a single row (1, d) by every weight matrix: about 2 FLOPs per weight read, "
             "so the processor waits for the weights (and the KV cache) to arrive.",
-            "Because the softmax is expensive.",
-            "Because decoding uses a causal mask, which a matrix product cannot use.",
+            "Because the softmax is expensive: each step takes exp() of a score for every cached key, and exp() "
+            "costs far more than a multiply-add.",
+            "Because decoding uses a causal mask, which a matrix product cannot use, so every step falls back to "
+            "slow element-by-element work.",
         ],
         answer=0,
         feedback=[

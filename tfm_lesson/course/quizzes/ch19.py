@@ -51,7 +51,7 @@ QUESTIONS = [
             "8: the weight and its gradient, since Adam's moments are kept in the optimiser, not the model.",
             "12: the weight, its gradient and Adam's one running average of the squared gradients.",
             "16: the weight, its gradient and Adam's two moving averages, 4 bytes each.",
-            "4: the weight; the gradient and the moments are recomputed from it at every step.",
+            "4: the weight; the gradient and moments are recomputed at every step.",
         ],
         answer=2,
         feedback=[
