@@ -147,15 +147,19 @@ def test_source_rules_read_the_extracted_code_not_the_kernel(tmp_path):
     assert not ok and "WRITE IT YOURSELF" in message and "flash_attention" in message
 
 
-def test_a_record_that_is_a_link_or_too_big_is_not_read(tmp_path, monkeypatch):
+def test_a_record_that_is_a_link_a_pipe_or_too_big_is_not_read(tmp_path, monkeypatch):
     from tfm_lesson.course import verdicts
 
     secret = tmp_path / "secret.json"
     secret.write_text(json.dumps({"version": 1}))
     link = tmp_path / "trace.json"
     link.symlink_to(secret)
-    with pytest.raises(ValueError, match="cannot be opened"):
+    with pytest.raises(ValueError, match="not a regular file"):
         verdicts.read_trace(link)
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)  # a named pipe would block a reader for ever
+    with pytest.raises(ValueError, match="not a regular file"):
+        verdicts.read_trace(pipe)
     big = tmp_path / "big.json"
     big.write_text("[" + "0," * 100 + "0]")
     monkeypatch.setattr(verdicts, "TRACE_LIMIT", 50)

@@ -43,7 +43,7 @@ from ._wire import WireError, decode, digest, encode, importable_name
 __all__ = ["Handle", "record", "replay", "learner_side", "recording", "replaying", "passed_line", "Divergence",
            "TRACE_LIMIT"]
 
-TRACE_LIMIT = 256 * 1024 * 1024  # bytes of trace a checker may leave (its inputs are small; a flood is refused)
+TRACE_LIMIT = 64 * 1024 * 1024  # bytes of record a check may leave (the largest honest one is under 1 MB)
 _SPECIAL = ("__call__", "__iter__", "__len__", "__getitem__", "__setitem__", "__contains__", "__enter__", "__exit__",
             "__bool__", "__next__")
 # operations that read the learner's object: the checker's own objects are not looked at around them (reading an

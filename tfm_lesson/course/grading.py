@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +59,7 @@ from .verdicts import chapter_checkers, check_call, check_cell, seeded, verdict
 __all__ = ["grade", "grade_one", "submissions", "exercises", "read_submission", "write_csv", "feedback_page",
            "Exercise", "Result", "Graded", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_MB", "MAX_BYTES"]
 
+MESSAGE_LIMIT = 4000  # characters of a verdict's message kept in the CSV and the feedback page
 DEFAULT_TIMEOUT = 60  # seconds per cell (an exercise cell, a check)
 
 
@@ -96,7 +98,7 @@ def _chapter_sources(chapter: Any, exs: list[Exercise]) -> list[str]:
 
 
 def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None], scratch: Path,
-          checking: Checking) -> list[Step]:
+          checking: Checking, token: str) -> list[Step]:
     """The chapter's definitions and the answers in chapter order, a check after each exercise."""
     plan: list[Step] = []
     skip = {i for ex in exs for i in (ex.answer_index, ex.solution_index, ex.check_index) if i is not None}
@@ -106,7 +108,7 @@ def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None],
             ex = by_solution[i]
             for source in found[ex.number] or []:
                 plan.append(Step("answer", ex, source))
-            plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex), ex.checker in checking.own,
+            plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex, token), ex.checker in checking.own,
                                                      checking.keywords[ex.number])))
         elif i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", "")):
             source = chapter_definitions(cell.get("source", ""))
@@ -115,9 +117,10 @@ def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None],
     return plan
 
 
-def _trace_path(scratch: Path, ex: Exercise) -> Path:
-    """Where the kernel writes the record of ``ex``'s check (its scratch folder, which the grader reads)."""
-    return scratch / f"tfm-check-{ex.number}.json"
+def _trace_path(scratch: Path, ex: Exercise, token: str) -> Path:
+    """Where the kernel writes the record of ``ex``'s check: its scratch folder, which the grader reads, under a name
+    drawn for this submission (``token``), so that no answer cell can plant a record there beforehand."""
+    return scratch / f"tfm-check-{ex.number}-{token}.json"
 
 
 # running it ---------------------------------------------------------------------------------------------------------
@@ -128,6 +131,7 @@ class _Outcome:
     results: dict[int, Result]
     scratch: Path  # the kernel's scratch folder, where it writes each check's record
     checking: Checking
+    token: str  # in the records' names
     answer_errors: dict[int, list[str]] = field(default_factory=dict)
     broken: dict[int, str] = field(default_factory=dict)  # exercises whose answer hung or killed the kernel
     code: list[str] = field(default_factory=list)  # what ran before each check, for the source rules
@@ -143,7 +147,7 @@ class _Outcome:
             if error:
                 self.answer_errors.setdefault(ex.number, []).append(error)
         elif kind == "check":
-            passed, message = verdict(ex, _trace_path(self.scratch, ex), self.code, cell_error(cell),
+            passed, message = verdict(ex, _trace_path(self.scratch, ex, self.token), self.code, cell_error(cell),
                                       self.checking.checkers[ex.checker], self.checking.keywords[ex.number])
             self.results[ex.number].passed, self.results[ex.number].message = passed, message
 
@@ -157,6 +161,8 @@ class _Outcome:
         for r in self.results.values():
             if r.passed:
                 r.message = ""
+            elif len(r.message) > MESSAGE_LIMIT:  # an answer can raise a message of any size: the CSV keeps a page
+                r.message = f"{r.message[:MESSAGE_LIMIT]}... ({len(r.message) - MESSAGE_LIMIT} more characters cut)"
         return list(self.results.values())
 
 
@@ -237,12 +243,14 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
     except (CourseError, OSError) as exc:
         return _all_zero(name, exs, f"not graded: {exc}")
     found, notes = answers(student, chapter, exs)
-    with tempfile.TemporaryDirectory(prefix="tfm-grade-") as work:
-        scratch = Path(work) / "scratch"
+    work = tempfile.mkdtemp(prefix="tfm-grade-")
+    try:
+        scratch = Path(work) / "scratch"  # the kernel's working folder (the sandbox shows it at the same path)
         scratch.mkdir()
         checking = checking or Checking.of(chapter, exs)
-        plan = _plan(chapter, exs, found, scratch, checking)
-        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch, checking)
+        token = secrets.token_hex(16)
+        plan = _plan(chapter, exs, found, scratch, checking, token)
+        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch, checking, token)
         for ex in exs:
             if found[ex.number] is None:
                 outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
@@ -260,7 +268,20 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
                     r.message = f"not graded: {type(exc).__name__}: {exc}"
         finally:
             kernel.stop()
+    finally:
+        _remove(work)
     return Graded(name, outcome.final(), notes, time.perf_counter() - start)
+
+
+def _remove(folder: str) -> None:
+    """Remove a submission's working folder whatever its kernel left there (thousands of nested folders make
+    ``shutil.rmtree`` recurse too deep): ``rm -rf`` where there is one, else ``rmtree``, never an exception."""
+    try:
+        if shutil.which("rm"):
+            subprocess.run(["rm", "-rf", "--one-file-system", folder], capture_output=True, timeout=300)
+        shutil.rmtree(folder, ignore_errors=True)
+    except BaseException:  # a folder left in /tmp is better than a class not graded
+        pass
 
 
 # the class ----------------------------------------------------------------------------------------------------------
@@ -361,8 +382,11 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
             check_kernel(kernel_dir, timeout, memory_mb, sandbox)
 
         def one(path: Path, whole: KernelGroup) -> None:
-            g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox, whole=whole,
-                          checking=checking)
+            try:
+                g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox, whole=whole,
+                              checking=checking)
+            except Exception as exc:  # the grader's own failure on this file: 0 with the reason, the class goes on
+                g = _all_zero(str(path), exs, f"not graded: the grader failed on this file ({type(exc).__name__})")
             if whole.stopped.is_set():
                 return  # stopped midway: not a grade
             g.sandboxed = sandbox

@@ -4,11 +4,14 @@ What the code inside sees: the system read-only (``/usr``, ``/etc``, the librari
 packages read-only, this package read-only, the folder its kernel talks through, and a private scratch folder as its
 working directory and ``HOME``; ``/tmp`` is empty and private. It does not see the instructor's chapter, the other
 submissions, the grades, the grader's working folder or any other file of the machine. It runs in new namespaces
-(processes, network, IPC, hostname, user): no network at all, and ``/proc`` shows only its own processes, so the
-grader's command line and folders are out of reach. When the kernel ends, everything it started ends with it (the
+(processes, network, IPC, hostname, user) as user ``nobody`` with every capability dropped, whoever runs the
+grader (root included): no network at all, no mount, and ``/proc`` shows only its own processes, so the grader's
+command line and folders are out of reach. Its ``/tmp`` holds at most :data:`TMP_BYTES`. When the kernel ends, everything it started ends with it (the
 first process of a process namespace takes every other one down when it exits), so nothing outlives the grade.
 
-What it does not do: limit CPU time (the grader's per-cell time limit does), or hide the Python and package versions.
+What it does not do: limit CPU time (the grader's per-cell time limit does), the disk its scratch folder takes,
+the number of processes, or the memory of all its processes together (``--memory`` limits each one's address
+space); nor hide the Python and package versions.
 Linux only; :func:`sandbox_command` says why when it cannot be used.
 """
 from __future__ import annotations
@@ -21,6 +24,9 @@ import sysconfig
 from pathlib import Path
 
 _SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+
+
+TMP_BYTES = 512 * 1024 * 1024  # the sandbox's private /tmp holds at most this much (it lives in the machine's memory)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -55,8 +61,11 @@ def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), 
             "bubblewrap (bwrap) is not installed, so submissions cannot be graded in a sandbox: install it "
             "(Debian/Ubuntu: apt-get install bubblewrap; `make setup` does on Linux), or pass --no-sandbox to run "
             "student code with your own user's rights (every report then says so)")
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # as user nobody with no capability at all, whoever runs the grader: even a grader run as root hands the student
+    # no right to remount the read-only folders or to change a file of the machine (a mount is refused)
+    args = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
+            "--die-with-parent", "--new-session", "--clearenv", "--proc", "/proc", "--dev", "/dev",
+            "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     for folder in _SYSTEM:
         if Path(folder).exists():
             args += ["--ro-bind", folder, folder] if not Path(folder).is_symlink() else \

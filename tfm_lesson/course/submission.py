@@ -21,6 +21,8 @@ def read_submission(path: Path) -> Any:
     """The submission as a notebook; CourseError with the reason when it is not one (or too big)."""
     import nbformat
 
+    if path.is_symlink():  # it may point at what the student must not hand in as theirs (the chapter itself)
+        raise CourseError("the file is a symbolic link, not a notebook: hand in the notebook itself")
     size = path.stat().st_size
     if size > MAX_BYTES:
         raise CourseError(f"the file is {size / 2**20:.0f} MB, over the grader's {MAX_BYTES // 2**20} MB limit")

@@ -111,7 +111,9 @@ def read_trace(path: Path) -> Any:
     """The kernel's record, or None when there is none. Only a regular file, never through a link, at most
     TRACE_LIMIT bytes; ValueError for anything else."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # a pipe would block the grader, a link lead elsewhere
+            raise ValueError("the record is not a regular file")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -132,14 +134,16 @@ def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None, 
             keywords: dict | None = None) -> tuple[bool, str]:
     """(passed, message) of ``ex``, replayed from the kernel's record in this process. ``code`` is what the grader
     extracted and ran before the check (the source rules read it); ``error`` what the check cell raised, if any."""
+    if error:  # the record did not end well: whatever file is there is not this check's record
+        if error.startswith("NameError"):
+            return False, f"{error}: the exercise cell must define it (keep the name the exercise asks for)"
+        return False, f"the check gave no verdict ({error})"
     try:
         trace = read_trace(trace_path)
     except ValueError as exc:
         return False, f"the check's record could not be read: {exc}"
     if trace is None:
-        if error and error.startswith("NameError"):
-            return False, f"{error}: the exercise cell must define it (keep the name the exercise asks for)"
-        return False, f"the check gave no verdict ({error or 'no record'})"
+        return False, "the check gave no verdict (no record)"
     call = check_call(ex)
     checker = checker if checker is not None else getattr(checks, ex.checker, None)
     if not callable(checker):
