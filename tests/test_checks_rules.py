@@ -139,3 +139,23 @@ def test_code_without_source_is_not_judged():
     """Built-ins and code whose source cannot be read are skipped rather than guessed at."""
     assert learner_code(len) == []
     forbid_loops(eval("lambda x: [i for i in x]"), "answer", "")  # no source file: nothing to read
+
+
+# an import inside the answer's own body is read too --------------------------------------------------------------------
+def online_softmax_imported_inside(x, block_size):
+    from tfm_lesson.flash import online_softmax as helper
+    return helper(x, block_size)
+
+
+def tiled_attention_imported_inside(query, key, value, block_size, causal=False, mask=None):
+    from tfm_lesson.flash import flash_attention as fa
+    return fa(query, key, value, mask, block_size=block_size, causal=causal)
+
+
+def test_the_package_imported_inside_the_function_is_refused():
+    from tfm_lesson.checks import check_online_softmax, check_tiled_attention
+
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF.*online_softmax"):
+        check_online_softmax(online_softmax_imported_inside)
+    with pytest.raises(Mistake, match="WRITE IT YOURSELF.*flash_attention"):
+        check_tiled_attention(tiled_attention_imported_inside)

@@ -161,7 +161,7 @@ def forbid_names(obj: Any, names: Iterable[str], what: str, why: str) -> None:
             for node in ast.walk(tree):
                 used = node.attr if isinstance(node, ast.Attribute) and node.attr in names else (
                     node.id if isinstance(node, ast.Name) and node.id in names and not src.is_learners(node.id)
-                    else None)
+                    else _imported(node, names))
                 if used:
                     raise Mistake(f"WRITE IT YOURSELF: your {what} uses `{used}` in `{qualname}` (line "
                                   f"{getattr(node, 'lineno', 1)} of its cell). {why}")
@@ -176,9 +176,18 @@ def forbid_names(obj: Any, names: Iterable[str], what: str, why: str) -> None:
                 used = node.attr
             elif isinstance(node, ast.Name) and node.id in names and not _is_learners_name(fn, node.id):
                 used = node.id
+            elif _imported(node, names):
+                used = _imported(node, names)
             else:
                 continue
             raise Mistake(f"WRITE IT YOURSELF: your {what} uses `{used}` in {_where(fn, node)}. {why}")
+
+
+def _imported(node: ast.AST, names: set[str]) -> str | None:
+    """The forbidden name an import brings in (``from tfm_lesson.flash import online_softmax as helper``)."""
+    if isinstance(node, ast.alias) and node.name.split(".")[-1] in names:
+        return node.name.split(".")[-1]
+    return None
 
 
 def _is_learners_name(fn: types.FunctionType, name: str) -> bool:
@@ -259,6 +268,14 @@ def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> No
                 if used:
                     raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{node.id}`) in "
                                   f"{_where(fn, node)}. {why}")
+        if tree.body:  # what the function imports for itself (`from tfm_lesson.flash import flash_attention as fa`)
+            local = Source(ast.unparse(tree))
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+                    used = label_of(local.resolve(node))
+                    if used:
+                        raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as "
+                                      f"`{ast.unparse(node)}`) in {_where(fn, node)}. {why}")
         names = (*code_names(fn), *fn.__code__.co_freevars)
         modules = [m for m in (_resolve(fn, n) for n in names) if isinstance(m, types.ModuleType)]
         for name in names:  # a name, or an attribute of a module the code names (`flash.fa`, `T.flash_attention`)

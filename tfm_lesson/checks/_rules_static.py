@@ -40,6 +40,9 @@ class Source:
                     tree = ast.Module(body=[], type_ignores=[])
             for node in tree.body:
                 self._bind(node)
+            for node in ast.walk(tree):  # an import inside a function (or a class) names the same objects
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
+                    self._local_import(node)
 
     def _bind(self, node: ast.AST) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -61,6 +64,16 @@ class Source:
                 if isinstance(target, ast.Name):
                     self.bindings[target.id] = node
                     self.imports.pop(target.id, None)
+
+    def _local_import(self, node: ast.Import | ast.ImportFrom) -> None:
+        """An import inside a function: its names resolve as imported unless the cells bind them at the top."""
+        before = dict(self.bindings), dict(self.imports)
+        self._bind(node)
+        self.bindings = before[0]
+        self.imports = {**self.imports, **{k: v for k, v in before[1].items()}}
+        for name in list(self.imports):
+            if name in self.bindings:
+                self.imports.pop(name)
 
     # what a name or an expression means ----------------------------------------------------------------------
     def resolve(self, expr: ast.AST, depth: int = 0) -> Any:
