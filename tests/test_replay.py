@@ -183,3 +183,37 @@ def test_every_checker_test_gives_the_same_verdict_when_replayed():
                          cwd=ROOT, env={**os.environ, "TFM_CHECKS_VIA_REPLAY": "1"}, capture_output=True, text=True,
                          timeout=1800)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_the_graders_salt_gives_inputs_no_answer_could_learn(tmp_path):
+    """An answer that learnt by heart the outputs for the notebook's inputs passes in the notebook and fails when
+    the grader salts the checker's seeds (tfm_lesson/checks/_salt.py); a record made under another salt is refused."""
+    from tfm_lesson.checks._salt import mix, salted
+
+    learnt: dict = {}
+
+    def learning(q, k):
+        out = q @ k.transpose(-2, -1)
+        learnt[(tuple(q.shape), q.dtype)] = out
+        return out
+
+    checks.check_pairwise_scores(learning)  # the notebook's inputs, their outputs kept
+
+    def by_heart(q, k):
+        return learnt[(tuple(q.shape), q.dtype)].clone()
+
+    checks.check_pairwise_scores(by_heart)  # in the notebook it passes
+    ok, _ = _replay.replay(checks.check_pairwise_scores,
+                           _record(checks.check_pairwise_scores, [by_heart], tmp_path, ), {}, salt=None)
+    assert ok
+    path = tmp_path / "salted.json"
+    _replay.record(checks.check_pairwise_scores, [by_heart], {}, str(path), salt=2024)
+    ok, message = _replay.replay(checks.check_pairwise_scores, json.loads(path.read_text()), {}, salt=2024)
+    assert not ok, message
+    ok, message = _replay.replay(checks.check_pairwise_scores, json.loads(path.read_text()), {}, salt=2025)
+    assert not ok and "could not replay" in message
+    assert mix(0, 1) == mix(0, 1) != mix(0, 2) and mix(0, 1) >= 0
+    with salted(5):
+        a = torch.Generator().manual_seed(3)
+        b = torch.Generator().manual_seed(3)
+        assert torch.equal(torch.randn(4, generator=a), torch.randn(4, generator=b))  # same seed, same draws

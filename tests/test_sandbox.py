@@ -86,3 +86,41 @@ def test_a_bwrap_that_cannot_make_namespaces_is_refused_with_its_words(tmp_path)
     fake.chmod(0o755)
     with pytest.raises(SandboxUnavailable, match="No permissions to create new namespace.*--no-sandbox"):
         check_sandbox(bwrap=str(fake))
+
+
+REMOUNT = """\
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+package = sys.argv[1]
+# MS_REMOUNT | MS_BIND | MS_RDONLY off: make the read-only package folder writable (what root with CAP_SYS_ADMIN can)
+rc = libc.mount(b"none", package.encode(), None, 32 | 4096 | 2 | 4, None)
+caps = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("CapEff")][0]
+big = 0
+try:
+    with open("/tmp/fill", "wb") as f:
+        for _ in range(2048):
+            f.write(b"0" * (1 << 20))
+            big += 1
+except OSError:
+    pass
+print(json.dumps({"mount": rc, "uid": os.getuid(), "caps": caps, "package_writable": os.access(package, os.W_OK),
+                  "tmp_megabytes": big}))
+"""
+
+
+@needs_bwrap
+def test_no_right_to_remount_whoever_runs_the_grader(tmp_path):
+    """Even when the grader runs as root (as in CI), the code runs as nobody with no capability: a remount of the
+    read-only package is refused, and the private /tmp holds at most TMP_BYTES."""
+    from tfm_lesson.course.sandbox import TMP_BYTES
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "remount.py").write_text(REMOUNT)
+    argv = [sys.executable, "remount.py", str(ROOT / "tfm_lesson")]
+    done = subprocess.run(sandbox_command(argv, scratch=scratch), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["mount"] == -1 and not seen["package_writable"]
+    assert seen["uid"] == 65534 and int(seen["caps"], 16) == 0
+    assert seen["tmp_megabytes"] <= TMP_BYTES >> 20

@@ -36,6 +36,7 @@ import torch
 
 from . import _rules
 from ._mistake import Mistake
+from ._salt import salted
 from ._replay_state import (Divergence, Owned, _NotValue, _not_value, _perform, exception_from, exception_to,
                             restore_globals, snapshot_globals)
 from ._wire import WireError, decode, digest, encode, importable_name
@@ -358,7 +359,8 @@ def _name(checker: Callable) -> str:
     return name
 
 
-def record(checker: Callable, answers: list[Any], kwargs: dict, path: str, name: str | None = None) -> None:
+def record(checker: Callable, answers: list[Any], kwargs: dict, path: str, name: str | None = None,
+           salt: int | None = None) -> None:
     """In the kernel: run the checker function ``checker(*answers, **kwargs)`` with the answers behind handles; write the trace to ``path``
     (JSON). The checker's own verdict here is not the grade: the grader replays the trace."""
     session = _Recorder()
@@ -368,7 +370,8 @@ def record(checker: Callable, answers: list[Any], kwargs: dict, path: str, name:
     outcome = "passed"
     with _active(session):
         try:
-            checker(*args, **kwargs)
+            with salted(salt):
+                checker(*args, **kwargs)
         except BaseException as exc:  # the replay decides; this only notes how the record ended
             outcome = f"{type(exc).__name__}: {exc}"[:500]
     data = {"version": 1, "checker": name or _name(checker), "start": start, "answers": metas, "entries": session.entries,
@@ -380,11 +383,11 @@ def record(checker: Callable, answers: list[Any], kwargs: dict, path: str, name:
 
 
 def replay(checker: Callable, trace: Any, kwargs: dict, answers_source: str | None = None,
-           answer_names: list[str] | None = None) -> tuple[bool, str]:
+           answer_names: list[str] | None = None, salt: int | None = None) -> tuple[bool, str]:
     """In the grader: replay ``checker`` from ``trace`` (read from the kernel's JSON); returns (passed, message: the
     checker's success line, or the mistake it names).
     ``answers_source`` is the learner's code as the grader extracted it and ``answer_names`` the names the check
-    call passes, for the source rules."""
+    call passes, for the source rules; ``salt`` the one the kernel was given (:mod:`._salt`)."""
     with _lock:
         start = snapshot_globals()
         try:
@@ -396,7 +399,7 @@ def replay(checker: Callable, trace: Any, kwargs: dict, answers_source: str | No
             if answer_names is not None and len(metas) != len(answer_names):
                 raise Divergence(f"the record holds {len(metas)} answers, the check takes {len(answer_names)}")
             args = [session.handle({"H": i, "new": meta}) for i, meta in enumerate(metas)]
-            with _active(session), _rules.source(answers_source, answer_names):
+            with _active(session), _rules.source(answers_source, answer_names), salted(salt):
                 inspect.unwrap(checker)(*args, **kwargs)  # the checker itself, under any wrapper put in front of it
             if session.at != len(session.entries):
                 raise Divergence(f"the check ended after {session.at} of the {len(session.entries)} recorded steps")

@@ -75,18 +75,20 @@ class Step(NamedTuple):
 @dataclass
 class Checking:
     """How a chapter's exercises are checked: each one's checker (the chapter's own or the package's), which ones
-    the chapter defines, and the keywords the grader adds (its seed)."""
+    the chapter defines, the keywords the grader adds (its seed) and the salt of every seed the checkers set (the
+    same seed: inputs no submission saw before, drawn again with ``--seed``)."""
 
     checkers: dict[str, Callable]
     own: set[str]
     keywords: dict[int, dict]
+    salt: int | None  # mixed into every seed a checker sets (tfm_lesson.checks._salt); None: the notebook's inputs
 
     @classmethod
     def of(cls, chapter: Any, exs: list[Exercise], seed: int | None = None) -> "Checking":
         sources = _chapter_sources(chapter, exs)
         checkers = chapter_checkers(chapter, exs, sources)
         own = {name for name, fn in checkers.items() if fn is not getattr(checks, name, None)}
-        return cls(checkers, own, {ex.number: seeded(checkers[ex.checker], ex, seed) for ex in exs})
+        return cls(checkers, own, {ex.number: seeded(checkers[ex.checker], ex, seed) for ex in exs}, seed)
 
 
 def _chapter_sources(chapter: Any, exs: list[Exercise]) -> list[str]:
@@ -109,7 +111,7 @@ def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None],
             for source in found[ex.number] or []:
                 plan.append(Step("answer", ex, source))
             plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex, token), ex.checker in checking.own,
-                                                     checking.keywords[ex.number])))
+                                                     checking.keywords[ex.number], checking.salt)))
         elif i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", "")):
             source = chapter_definitions(cell.get("source", ""))
             if source:
@@ -148,7 +150,8 @@ class _Outcome:
                 self.answer_errors.setdefault(ex.number, []).append(error)
         elif kind == "check":
             passed, message = verdict(ex, _trace_path(self.scratch, ex, self.token), self.code, cell_error(cell),
-                                      self.checking.checkers[ex.checker], self.checking.keywords[ex.number])
+                                      self.checking.checkers[ex.checker], self.checking.keywords[ex.number],
+                                      self.checking.salt)
             self.results[ex.number].passed, self.results[ex.number].message = passed, message
 
     def final(self) -> list[Result]:
@@ -370,9 +373,8 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     if resume:
         print(f"--resume: {len(files) - len(todo)} submission(s) already in {csv_path}, {len(todo)} to grade",
               flush=True)
-    if any(checking.keywords.values()):
-        print(f"the checkers that draw their inputs from a seed draw them from seed {seed} (--seed {seed} draws the "
-              "same inputs again)", flush=True)
+    print(f"the checkers draw their inputs from seed {seed}, which no submission could know in advance (--seed {seed} "
+          "draws the same inputs again)", flush=True)
     graded: list[Graded] = []
     kernel_dir = Path(tempfile.mkdtemp(prefix="tfm-grade-kernel-"))
     start = time.perf_counter()

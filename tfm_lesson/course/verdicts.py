@@ -83,7 +83,8 @@ def chapter_checkers(chapter: Any, exs: list[Exercise], sources: list[str]) -> d
     return found
 
 
-def check_cell(ex: Exercise, trace: Path, own: bool = False, keywords: dict | None = None) -> str:
+def check_cell(ex: Exercise, trace: Path, own: bool = False, keywords: dict | None = None,
+               salt: int | None = None) -> str:
     """The code the kernel runs for ``ex``'s check: record the checker into ``trace``. ``own``: the chapter defines
     the checker (the kernel ran its definition), else the package's is used; ``keywords`` are passed to it."""
     call = check_call(ex)
@@ -91,7 +92,7 @@ def check_cell(ex: Exercise, trace: Path, own: bool = False, keywords: dict | No
     return (f"import tfm_lesson.checks as _tfm_checks\n"
             f"from tfm_lesson.checks._replay import record as _tfm_record\n"
             f"_tfm_record({checker}, [{', '.join(call.answers)}], {dict(call.keywords, **(keywords or {}))!r}, "
-            f"{str(trace)!r}, {ex.checker!r})\n")
+            f"{str(trace)!r}, {ex.checker!r}, {salt!r})\n")
 
 
 def seeded(checker: Callable, ex: Exercise, seed: int | None) -> dict:
@@ -131,7 +132,7 @@ def read_trace(path: Path) -> Any:
 
 
 def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None, checker: Callable | None = None,
-            keywords: dict | None = None) -> tuple[bool, str]:
+            keywords: dict | None = None, salt: int | None = None) -> tuple[bool, str]:
     """(passed, message) of ``ex``, replayed from the kernel's record in this process. ``code`` is what the grader
     extracted and ran before the check (the source rules read it); ``error`` what the check cell raised, if any."""
     if error:  # the record did not end well: whatever file is there is not this check's record
@@ -148,4 +149,5 @@ def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None, 
     checker = checker if checker is not None else getattr(checks, ex.checker, None)
     if not callable(checker):
         return False, f"the package has no checker {ex.checker}"
-    return replay(checker, trace, dict(call.keywords, **(keywords or {})), CELL_SEPARATOR.join(code), call.names)
+    return replay(checker, trace, dict(call.keywords, **(keywords or {})), CELL_SEPARATOR.join(code), call.names,
+                  salt)
