@@ -22,6 +22,8 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   :mod:`tfm_lesson.checks._replay`); the comparison, the named mistake and the pass happen here, and the source rules
   read the code the grader extracted. Nothing an answer patches inside its kernel (``print``, ``importlib``,
   ``torch``, IPython's events) can change a verdict; the chapter's own check cell is not run.
+* once an exercise is checked, the chapter's solution to it replaces the student's definitions, so each later
+  exercise is graded with the reference of the pieces before it: one bug costs one exercise;
 * an endless loop or a memory hog costs that exercise its points (the kernel is restarted and the other
   exercises go on); an empty, broken, huge or non-notebook file scores 0 with the reason; of a cell's output the
   grader keeps 1 MB (and the end of what it printed), the rest is dropped with a note, whatever the score.
@@ -112,6 +114,9 @@ def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None],
                 plan.append(Step("answer", ex, source))
             plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex, token), ex.checker in checking.own,
                                                      checking.keywords[ex.number], checking.salt)))
+            # once checked, the student's definitions make way for the chapter's solution: each later exercise is
+            # graded with the reference of the pieces before it, so one bug (or one endless loop) costs one exercise
+            plan.append(Step("chapter", None, chapter["cells"][i].get("source", "")))
         elif i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", "")):
             source = chapter_definitions(cell.get("source", ""))
             if source:

@@ -40,7 +40,10 @@ def read_submission(path: Path) -> Any:
 
 
 def _first_line(source: str) -> str:
-    line = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")
+    """The line that names a cell on a feedback page: its first, past the markers of the tools (``# NBVAL_...``,
+    ``#@title``) that say nothing to a student."""
+    line = next((ln.strip() for ln in source.splitlines() if ln.strip()
+                 and not ln.strip().startswith(("# NBVAL", "#@title"))), "")
     return (line[:57] + "...") if len(line) > 60 else line
 
 
