@@ -691,8 +691,8 @@ for name, values in change.items():
 # ### Play with it
 #
 # Drag the depth and switch the placement: the two panels are the activation-scale and parameter-gradient
-# figures above, recomputed for a fresh stack. Try 2 layers (the two placements barely differ) and 24 (the
-# stream growth and the gradient gap widen). Outside a live notebook you see the starting picture: 8
+# figures above, recomputed for a fresh stack. Try 2 layers (the streams' scales nearly agree; post-norm's
+# parameter gradients are already somewhat larger) and 24 (the stream growth and the gradient gap widen). Outside a live notebook you see the starting picture: 8
 # layers, both placements.
 
 # %% mystnb={"image": {"alt": "Explorer picture for 8 layers: left, the output's standard deviation per layer, growing for pre-norm and fixed at 1 for post-norm; right, each layer's parameter gradient norm on a log scale, post-norm's above pre-norm's and both falling towards the top."}}
