@@ -126,6 +126,16 @@ class KeyValueFromQuery(LearnerMHA):
         return self.w_q(query), self.w_k(query), self.w_v(query)
 
 
+class KeyFromQuery(LearnerMHA):  # only K made from the query: crashes once q_len != k_len
+    def project(self, query, key, value):
+        return self.w_q(query), self.w_k(query), self.w_v(value)
+
+
+class ValueFromQuery(LearnerMHA):
+    def project(self, query, key, value):
+        return self.w_q(query), self.w_k(key), self.w_v(query)
+
+
 class SoftmaxWrongAxis(LearnerMHA):
     def normalise(self, scores):
         return scores.softmax(dim=-2)
@@ -189,6 +199,8 @@ def test_reference_and_plain_learner_pass(capsys):
     (SplitNoTranspose, "split without the transpose"),
     (QueryThroughKeyLayer, "query looks projected with w_k instead of w_q"),
     (KeyValueFromQuery, "keys and values look computed from the query"),
+    (KeyFromQuery, r"q_len=4 positions and the key and value k_len=6\. K and V come from the other sequence"),
+    (ValueFromQuery, r"K = w_k\(key\) and V = w_v\(value\)"),
     (SoftmaxWrongAxis, "softmax over the wrong axis"),
     (InvertedMask, "inverted mask polarity"),
     (NoOutputProjection, "output projection W\\^O looks missing"),

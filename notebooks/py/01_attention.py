@@ -137,7 +137,7 @@ device = tfm_lesson.default_device()
 
 # %%
 n, m, d_k, d_v = 4, 6, 8, 5
-Q = torch.randn(n, d_k).to(device)  # (q_len, d_k), drawn on the CPU so every machine gets the same numbers
+Q = torch.randn(n, d_k).to(device)  # (q_len, d_k), drawn on the CPU: the same numbers on a GPU machine too
 K = torch.randn(m, d_k).to(device)  # (k_len, d_k)
 V = torch.randn(m, d_v).to(device)  # (k_len, d_v)
 
@@ -224,8 +224,10 @@ print("every row of weights sums to 1:", torch.allclose(weights.sum(-1), torch.o
 #
 # Let us not take it on faith. For each $d_k$ we draw 20,000 pairs of random unit-variance vectors and measure
 # the variance of their dot product, before and after scaling. (The vectors are drawn by the CPU's seeded
-# generator, so every machine draws the same ones; the printed variances came out the same, to the digits shown,
-# under all three of PyTorch's CPU kernel settings, `ATEN_CPU_CAPABILITY` = `default`, `avx2` and `avx512`.)
+# generator, so a machine with a GPU draws them too. Not bit for bit everywhere: PyTorch's CPU kernels compute
+# `torch.randn` slightly differently, so the kernel setting `ATEN_CPU_CAPABILITY=default` draws numbers that differ
+# from those of `avx2` and `avx512` in their last digits. The printed variances came out the same, to the digits
+# shown, under all three settings.)
 
 # %%
 gen = torch.Generator().manual_seed(0)
@@ -259,7 +261,7 @@ print("scaled variance within 5% of 1 for every d_k:", all(abs(sv - 1) < 0.05 fo
 #
 # We measure both, for ten keys per query: the **largest weight** in each row (1/10 would be uniform, 1 is a
 # hard choice) and the **size of the gradient** of the weights with respect to the scores (its Frobenius norm,
-# averaged over 500 rows).
+# the square root of the sum of its squared entries, averaged over 500 rows).
 
 # %%
 def saturation(dk: int, scaled: bool, n_rows: int = 500, keys: int = 10) -> tuple[float, float]:

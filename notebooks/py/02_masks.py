@@ -120,8 +120,11 @@ device = tfm_lesson.default_device()
 # still sum to one. Masking *after* the softmax (multiplying the weights by $M$) is not the same: the zeros are
 # right but the rows no longer sum to one. Divide each row by its new sum, though, and you are back at the
 # masked-before weights exactly: both are $e^{S_{ij}}$ divided by the sum of $e^{S_{ij'}}$ over the visible keys
-# $j'$ (the softmax's own denominator cancels). We check this numerically below. Masking before the softmax is
-# simply the cheaper way to get it.
+# $j'$ (the softmax's own denominator cancels). We check this numerically below. That is exact arithmetic;
+# in floating point, masking before the softmax is the cheaper way to get these weights and also the only safe
+# one: after the softmax, a hidden key whose score is far above the visible ones (a padding position holding
+# anything at all) takes all of the weight, the visible keys' weights underflow to exactly 0, and the
+# renormalisation divides 0 by 0. The section on masking after the softmax, below, shows that too.
 #
 # Shapes. Scores are `(batch, heads, q_len, k_len)`. A padding mask only depends on the sentence and the key,
 # so it is stored as `(batch, 1, 1, k_len)`; a causal mask only depends on the query and key positions, so it is
@@ -252,17 +255,26 @@ print("positions 0..4 unchanged after changing position 5:",
 # ## Masking after the softmax, then renormalising
 #
 # The math section claimed that multiplying the weights by the mask and dividing each row by its new sum gives
-# exactly the weights of masking before the softmax. The same scores and the decoder mask as above:
+# exactly the weights of masking before the softmax. The same scores and the decoder mask as above; then one
+# query whose hidden key scores far above its two visible ones:
 
 # %%
 before = scores.masked_fill(~decoder_mask, float("-inf")).softmax(dim=-1)  # (batch, heads, q_len, k_len)
 after_only = scores.softmax(dim=-1) * decoder_mask  # zeros in the right places, rows no longer sum to 1
 after_renormalised = after_only / after_only.sum(dim=-1, keepdim=True)
 
+far = torch.tensor([[0.0, 1.0, 200.0]])  # (q_len=1, k_len=3): the hidden key 2 scores 200 above the others
+far_mask = torch.tensor([[True, True, False]])  # key 2 is hidden
+far_after = far.softmax(dim=-1) * far_mask  # exp(-200) underflows in float32: both visible weights are 0
+far_before = far.masked_fill(~far_mask, float("-inf")).softmax(dim=-1)
+
 # %%
 # NBVAL_CHECK_OUTPUT
 print("after the softmax, rows sum to 1:", torch.allclose(after_only.sum(-1), torch.ones(3, heads, seq_len, device=device)))
 print("after, then renormalised == before:", torch.allclose(after_renormalised, before, atol=1e-6))
+print("a hidden score 200 above the rest: after, then renormalised, gives NaN:",
+      bool(torch.isnan(far_after / far_after.sum(dim=-1, keepdim=True)).any()),
+      "| before gives NaN:", bool(torch.isnan(far_before).any()))
 
 # %% [markdown]
 # ## See it: attention under the decoder mask
@@ -383,9 +395,9 @@ print("tfm_lesson output has NaN:", bool(torch.isnan(out_pkg).any()))
 # the softmax returns the **uniform** distribution — the query silently averages everything, padding included.
 # Second, $-10^9$ is not a `float16` number: the largest magnitude `float16` can hold is 65,504. Converting
 # gives $-\infty$ (and the NaN is back), and `masked_fill` refuses outright. Mixed-precision training on a GPU
-# often runs attention in `float16`, so this breaks exactly when you scale up (in `bfloat16` $-10^9$ fits, but the
-# fully masked row still becomes a uniform average). $-\infty$ is exact in
-# every floating-point dtype; handle the fully masked rows explicitly, as above.
+# often runs attention in `float16`, so this breaks exactly when you scale up (in `bfloat16`, a 16-bit format
+# with float32's range and fewer digits, $-10^9$ fits, but the fully masked row still becomes a uniform
+# average). $-\infty$ is exact in every floating-point dtype; handle the fully masked rows explicitly, as above.
 
 # %%
 as_half = torch.tensor(-1e9).half()
@@ -523,7 +535,8 @@ T.quiz.show("02")
 #   `(batch, 1, q_len, k_len)`; broadcasting does the rest.
 # - Masking sets scores to $-\infty$ *before* the softmax: blocked keys get exactly 0, rows still sum to one,
 #   and the hidden positions cannot influence the others (we changed them and nothing moved). Masking the
-#   weights after the softmax and renormalising each row gives the same weights.
+#   weights after the softmax and renormalising each row gives the same weights in exact arithmetic, and NaN in
+#   floating point when a hidden key's score dwarfs the visible ones: mask before.
 # - (Going deeper.) A fully masked row gives $0/0$ = NaN with $-\infty$ and a silent uniform average with $-10^9$; the right
 #   answer is zeros, which `tfm_lesson` returns. $-10^9$ overflows `float16` (max 65,504): use $-\infty$.
 #

@@ -324,8 +324,9 @@ for residual in (False, True):
 # The paper also applies **dropout** (section 5.4) "to the output of each sub-layer, before it is added to the
 # sub-layer input and normalized": $\mathrm{LayerNorm}(x + \mathrm{Dropout}(F(x)))$ in post-norm,
 # $x + \mathrm{Dropout}(F(\mathrm{LayerNorm}(x)))$ in pre-norm. Dropout (Srivastava et al., 2014) sets a random
-# fraction $p$ of the numbers to 0 during training (and scales the rest by $1/(1-p)$); in evaluation mode it
-# does nothing.
+# fraction $p$ of the numbers to 0 during training. PyTorch's `nn.Dropout` also scales the kept ones by $1/(1-p)$
+# during training, so that in evaluation mode it can simply do nothing (Srivastava et al. scaled the weights
+# at test time instead; the two agree in expectation).
 #
 # A historical knot worth knowing: the paper's text and figure 1 say post-norm. Well-known code does otherwise:
 # by 2018 the authors' own `tensor2tensor` library defaulted to normalising *first* (its base Transformer's
@@ -690,8 +691,8 @@ for name, values in change.items():
 # ### Play with it
 #
 # Drag the depth and switch the placement: the two panels are the activation-scale and parameter-gradient
-# figures above, recomputed for a fresh stack. Try 2 layers (the two placements barely differ) and 24 (the
-# stream growth and the gradient gap widen). Outside a live notebook you see the starting picture: 8
+# figures above, recomputed for a fresh stack. Try 2 layers (the streams' scales nearly agree; post-norm's
+# parameter gradients are already somewhat larger) and 24 (the stream growth and the gradient gap widen). Outside a live notebook you see the starting picture: 8
 # layers, both placements.
 
 # %% mystnb={"image": {"alt": "Explorer picture for 8 layers: left, the output's standard deviation per layer, growing for pre-norm and fixed at 1 for post-norm; right, each layer's parameter gradient norm on a log scale, post-norm's above pre-norm's and both falling towards the top."}}

@@ -95,7 +95,7 @@ tfm_lesson.seed_everything(0)
 device = tfm_lesson.default_device()
 
 # %% [markdown]
-# ## Intuition: the same small MLP at every position
+# ## Intuition: the same small MLP (multi-layer perceptron) at every position
 #
 # After attention, the vector at each position holds what that token gathered from its context. The FFN
 # takes each such vector, projects it *up* into a wider space of $d_{ff}$ hidden units, keeps the positive
@@ -272,7 +272,10 @@ print("with ReLU it is not:                     ",
 # not on the float format. ReLU's slope is 0 for *every* negative input, so a unit whose pre-activation is negative for all
 # inputs gets no gradient at all (a "dead" unit); GELU still passes a small gradient over the moderately
 # negative range, which makes dead units rarer, not impossible. `PositionwiseFeedForward(...,
-# activation="gelu")` and `nn.TransformerEncoderLayer(..., activation="gelu")` both use the exact form.
+# activation="gelu")` and `nn.TransformerEncoderLayer(..., activation="gelu")` both use the exact form. Some
+# well-known models do not: GPT-2's code computes the tanh approximation
+# $\tfrac12 z\,\big(1 + \tanh(\sqrt{2/\pi}\,(z + 0.044715 z^3))\big)$ (PyTorch's `F.gelu(z, approximate="tanh")`),
+# close to the exact form but not equal to it, which the checkers below tell apart.
 
 # %% mystnb={"image": {"alt": "Line chart of ReLU, GELU and GELU's slope from -4 to 4: GELU follows ReLU closely but is smooth at zero and dips slightly below zero for negative inputs."}}
 z = torch.linspace(-4, 4, 161)

@@ -183,7 +183,7 @@ def encoder_layer_by_hand(x, mask=None, show=False):
 
 for m in (self_attn, feed_forward, norm1, norm2, dropout):
     m.eval()  # no dropout while we compare numbers
-x = torch.randn(2, 5, d_model).to(device)  # (batch=2, n=5, d_model), drawn on the CPU: the same numbers anywhere
+x = torch.randn(2, 5, d_model).to(device)  # (batch=2, n=5, d_model), drawn on the CPU, also on a GPU machine
 y = encoder_layer_by_hand(x, show=True)
 
 # %% [markdown]

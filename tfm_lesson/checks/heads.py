@@ -247,6 +247,20 @@ def _suspects(ref: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, mask: Te
     return s
 
 
+def _cross_call(model: nn.Module, q: Tensor, k: Tensor, v: Tensor, kwargs: dict, kind: str, q_len: int,
+                k_len: int) -> Tensor:
+    """The learner's forward; a shape error in cross-attention with q_len != k_len gets the two likely causes."""
+    try:
+        return output_of(call(model, q, k, v, what="your forward(query, key, value, mask)", **kwargs))
+    except Mistake as exc:
+        if kind == "cross" and q_len != k_len and ("size" in str(exc) or "shape" in str(exc)):
+            raise Mistake(f"{exc}\nIn this cross-attention the query has q_len={q_len} positions and the key and "
+                          f"value k_len={k_len}. K and V come from the other sequence, K = w_k(key) and "
+                          "V = w_v(value) (one of them made from the query has the wrong length), and they are split "
+                          "into heads with the key's length, key.size(1), not the query's.") from exc
+        raise
+
+
 def _written_yourself(cls: type[nn.Module]) -> None:
     """Exercise 3's rule: the class derives from nn.Module, not the package's module, and calls no ready-made attention."""
     instead = "derive from nn.Module and write the scores, mask, softmax and weighted sum"
@@ -334,7 +348,7 @@ def check_multi_head_attention(cls: type[nn.Module], *, written_yourself: bool =
 
             kwargs = {} if mask is None else {"mask": mask}
             with torch.no_grad():
-                got = output_of(call(model, q, k, v, what="your forward(query, key, value, mask)", **kwargs))
+                got = _cross_call(model, q, k, v, kwargs, kind, q_len, k_len)
                 want, _ = ref(q, k, v, mask)
                 want_explicit, _ = ref(q, k, v, mask, need_weights=True)
                 assert close(want, want_explicit), "internal: reference paths disagree"

@@ -43,8 +43,9 @@ def check_scaled_embedding(cls: type) -> None:
         raw = table.weight.detach()[tokens]  # (batch, len, d_model)
         root = math.sqrt(d_model)
         diagnose(got.detach(), raw * root, {
-            "embeddings not scaled by sqrt(d_model): multiply by math.sqrt(d_model) (paper, section 3.4), so that "
-            "they are not drowned by the positional encoding": raw,
+            "embeddings not scaled by sqrt(d_model): multiply by math.sqrt(d_model) (paper, section 3.4); with "
+            "tfm_lesson's small initial embeddings (std 1/sqrt(d_model)) this gives them the positional "
+            "encoding's size": raw,
             "embeddings divided by sqrt(d_model): the paper *multiplies* them by sqrt(d_model)": raw / root,
             "embeddings scaled by d_model: the factor is sqrt(d_model)": raw * d_model,
         }, "your embeddings should be embedding(tokens) * sqrt(d_model)")

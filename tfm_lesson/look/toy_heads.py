@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from ..attention import MultiHeadAttention
+from ..device import cpu_threads
 
 __all__ = ["WORDS", "NOUNS", "D_MODEL", "HEADS", "features", "hand_set_heads", "toy_targets", "toy_batch", "TrainedHeads",
            "train_heads"]
@@ -117,7 +118,8 @@ class TrainedHeads:
 def train_heads(steps: int = 300, batch: int = 64, length: int = 6, lr: float = 0.05, seed: int = 0) -> TrainedHeads:
     """Train the queries and keys (``w_q``, ``w_k``) of a freshly initialised ``MultiHeadAttention(24, 3)``: the loss
     is the squared difference between each head's weights and :func:`toy_batch`'s targets. ``w_v`` and ``w_o`` do
-    not enter the loss and stay as initialised. The global random state is left untouched."""
+    not enter the loss and stay as initialised. The global random state is left untouched; it runs on one CPU
+    thread, as the course's other trainings of small models do."""
     if steps < 1 or batch < 1 or not 1 <= length <= MAX_LEN:
         raise ValueError(f"steps and batch must be >= 1 and length in [1, {MAX_LEN}]; got {steps}, {batch}, {length}")
     g = torch.Generator().manual_seed(seed)
@@ -125,14 +127,15 @@ def train_heads(steps: int = 300, batch: int = 64, length: int = 6, lr: float = 
         torch.manual_seed(seed)
         mha = MultiHeadAttention(D_MODEL, HEADS)
     optimiser = torch.optim.Adam([*mha.w_q.parameters(), *mha.w_k.parameters()], lr=lr)
-    for _ in range(steps):
-        ids, targets = toy_batch(batch, length, g)
-        x = features(ids)
-        _, weights = mha(x, x, x, need_weights=True)  # (batch, HEADS, q, k)
-        loss = (weights - targets).pow(2).sum(-1).mean()
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
+    with cpu_threads(1):
+        for _ in range(steps):
+            ids, targets = toy_batch(batch, length, g)
+            x = features(ids)
+            _, weights = mha(x, x, x, need_weights=True)  # (batch, HEADS, q, k)
+            loss = (weights - targets).pow(2).sum(-1).mean()
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
     mha.eval()
     with torch.no_grad():
         ids, targets = toy_batch(1000, length, g)

@@ -71,7 +71,9 @@ QUESTIONS = [
         feedback=[
             "Not without renormalising: each row now sums to the visible keys' share, less than one.",
             "The blocked keys only inflated the denominator, which renormalising removes again.",
-            "Right: both give e^S_ij divided by the sum over the visible keys; the chapter checks it numerically.",
+            "Right: both give e^S_ij divided by the sum over the visible keys; the chapter checks it numerically. "
+            "In floating point, though, a hidden key whose score dwarfs the others underflows the visible weights "
+            "to 0 and the division gives NaN: mask before the softmax.",
         ],
     ),
 ]

@@ -55,7 +55,7 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="Which decoder stack ends with an extra LayerNorm after its last layer in the paper's design?",
+        prompt="Which decoder stack needs an extra LayerNorm after its last layer?",
         options=[
             "Only a pre-norm stack: the paper's post-norm stack has no final norm.",
             "The post-norm stack of the paper, like nn.Transformer's, which adds a final LayerNorm after its last "
