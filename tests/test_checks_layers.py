@@ -74,7 +74,7 @@ class AlwaysPreNorm(T.EncoderLayer):
 
 def test_encoder_layer_mistakes():
     fails(check_encoder_layer, DetachedResidual, "gradients do not flow through the residual path")
-    fails(check_encoder_layer, DeepcopyResidual, "gradients do not flow through the residual path")
+    fails(check_encoder_layer, DeepcopyResidual, "deep-copying a tensor", "no gradient flows through it")
     fails(check_encoder_layer, IfMask, "Boolean value of Tensor", "if mask is not None")
     fails(check_encoder_layer, MisspelledMask, "padding changes the output", "ignore its `mask` argument")
     fails(check_encoder_layer, AlwaysPreNorm, "layer norms are in the wrong place", "norm_first=False")

@@ -463,9 +463,10 @@ viz.plot_scatter({name: (table[row], damage[row]) for row, name in enumerate(lab
 #   BERT, in Michel et al.): most heads can go at little cost, while a few specialised ones carry much of the
 #   work, the picture above at a larger scale. Clark et al. (2019, *What Does BERT Look At?*) found BERT heads
 #   that follow syntactic relations. Whether attention weights *explain* a prediction is disputed: Jain and
-#   Wallace (2019, *Attention is not Explanation*) showed weights that can be changed a lot without changing the
-#   output; Wiegreffe and Pinter (2019, *Attention is not not Explanation*) answered that this depends on what
-#   one calls an explanation and how one tests it.
+#   Wallace (2019, *Attention is not Explanation*) showed, on models with one attention layer over a recurrent
+#   encoder's states (text classification, question answering, inference; no translation), weights that can be
+#   changed a lot without changing the output; Wiegreffe and Pinter (2019, *Attention is not not Explanation*)
+#   answered that this depends on what one calls an explanation and how one tests it.
 #
 # ## Try this
 #

@@ -245,8 +245,9 @@ for scale in (3.0, 1e-3):
 #
 # What a norm buys a deep network is that each sub-layer sees inputs of a **fixed size**, whatever size the
 # residual stream has grown to. That comes from the division, and RMSNorm keeps it: multiply the input by
-# any factor and the output does not move. The re-centring is a different property, invariance to
-# adding the same number to every feature, and RMSNorm gives it up:
+# any positive factor and the output does not move (unless the input is so small that $\epsilon$ counts; a
+# negative factor flips the output's sign). The re-centring is a different property, invariance to adding the
+# same number to every feature, and RMSNorm gives it up:
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -37,7 +37,10 @@ def _explain(exc: Exception) -> str | None:
     if "ambiguous" in text and "Boolean value of Tensor" in text:
         return AMBIGUOUS
     if "deepcopy protocol" in text:
-        return f"It failed while deep-copying a tensor. {RESIDUAL}"
+        return ("It failed while deep-copying a tensor: copy.deepcopy accepts only graph leaves (tensors that no "
+                "operation produced), and where it does run it cuts the residual path out of the graph, so no "
+                "gradient flows through it. Did you take the residual from a copy (copy.deepcopy(x), x.detach(), "
+                "x.clone().detach(), x.data)? Add the input tensor itself: `x + sublayer(x)`")
     if isinstance(exc, TypeError) and "positional argument" in text:
         return ("Keep tfm_lesson's signatures, e.g. `forward(self, x, mask=None)` for an encoder layer and "
                 "`forward(self, x, memory, tgt_mask=None, memory_mask=None)` for a decoder layer")
