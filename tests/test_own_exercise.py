@@ -93,7 +93,7 @@ def test_the_pages_walk_through_grades_a_class(tmp_path):
         nbformat.write(nb, subs / f"{name}.ipynb")
     out = _run(commands[3], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert re.search(r"draw them from seed \d+", out.stdout)
+    assert re.search(r"draw their inputs from seed \d+", out.stdout)
     with open(tmp_path / "grades.csv", newline="") as f:
         rows = {Path(r["submission"]).stem: r for r in csv.DictReader(f)}
     assert rows["right"]["passed"] == "True" and rows["right"]["points"] == "2"
