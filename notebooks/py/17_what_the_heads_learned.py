@@ -711,9 +711,9 @@ widgets.head_scores_explorer(views, layer=best_layer, head=best_head)
 #    Is the mean of a layer a better aligner than its best head?
 # 4. Patch the previous-token head and the induction head *together*. Is the restored fraction more than the
 #    sum of the two alone? (`patch_head` patches one head per call. For two, register a forward pre-hook on each
-#    layer's `w_o` (`toy.layers[layer]["attn"].w_o`) that views its input as `(batch, len, heads, d_k)` and
-#    copies the head's clean output there, taken from `T.interpret.head_outputs(toy, clean, layer)`: what
-#    `patch_head` does for one head.)
+#    layer's `w_o` (`toy.layers[layer]["attn"].w_o`) that views its input as `(batch, len, heads, d_k)` and, at
+#    the repeat's queries, puts in the head's clean output from `T.interpret.head_outputs(toy, clean, layer)`,
+#    as `patch_head` does for one head.)
 #
 # ## Check your understanding
 
