@@ -227,8 +227,9 @@ def learner_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask
         for k0 in range(0, k_len, block_size):
             k1 = min(k0 + block_size, k_len)
             s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
-            if causal:
-                s = s.masked_fill(torch.arange(k0, k1)[None, :] > torch.arange(q0, q1)[:, None], float("-inf"))
+            if causal:  # the queries are the sequence's last q_len positions
+                s = s.masked_fill(torch.arange(k0, k1)[None, :] > torch.arange(q0, q1)[:, None] + (k_len - q_len),
+                                  float("-inf"))
             if mask is not None:
                 s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             p = torch.exp(s - safe[:, :, q0:q1, None])
@@ -291,7 +292,8 @@ def backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal=False, ma
             k1 = min(k0 + block_size, k_len)
             S = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
             if causal and slip != "no causal in the recompute":
-                S = S.masked_fill(torch.arange(k0, k1) > torch.arange(q0, q1)[:, None], float("-inf"))
+                offset = 0 if slip == "causal top-left" else k_len - q_len  # the queries are the last positions
+                S = S.masked_fill(torch.arange(k0, k1) > torch.arange(q0, q1)[:, None] + offset, float("-inf"))
             if mask is not None and slip != "no mask in the recompute":
                 S = S.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             P = torch.exp(S - L[:, :, q0:q1, None]).masked_fill(sees_none[:, :, q0:q1, None], 0.0)
@@ -314,6 +316,7 @@ def backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal=False, ma
     ("D = rowsum(dO)", "you took D = rowsum\\(dO\\), the row sums of grad_out alone"),
     ("no mask in the recompute", "your recomputed P ignores `mask`"),
     ("no causal in the recompute", "your recomputed P ignores the causal rule"),
+    ("causal top-left", "with fewer queries than keys your recomputed causal rule lines up at the top-left"),
     ("dV = P dO", "the shapes of a tile product do not fit \\(in `grad_v`\\): dV's tile is \\(block_k, d\\)"),
 ])
 def test_backward_slips_written_from_the_formulas_named(slip, hint):

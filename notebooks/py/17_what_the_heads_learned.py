@@ -162,9 +162,9 @@ print("second half (positions 9..16):", example[9:].tolist())
 # ### Build it: a two-layer attention-only model
 #
 # `AttentionOnly` is a decoder-only Transformer with the feed-forward blocks removed: token and learned position
-# embeddings, two blocks of `x = x + MultiHeadAttention(LayerNorm(x))` with a causal mask, four heads each,
-# and a linear read-out. With no feed-forward blocks, everything the model computes between positions goes
-# through the eight heads.
+# embeddings, two blocks of `x = x + MultiHeadAttention(LayerNorm(x))` with a causal mask, four heads each, and a
+# final LayerNorm before a linear read-out. With no feed-forward blocks, everything the model computes between
+# positions goes through the eight heads.
 #
 # It trains on sequences whose segment length changes from batch to batch (6 to 20 tokens). With one fixed
 # length, a single head could solve the task by position alone ("attend $n-1$ positions back"); with varying
@@ -670,9 +670,9 @@ fig
 #   printed above (plain cross-entropy; the training and validation losses of the training cell include label
 #   smoothing, which keeps them far higher even for a good model). Removing any one of them raises the test loss
 #   by a fraction of itself, nowhere near the level of an untrained model: each head aligns, and none is needed
-#   alone, because its neighbours align too. (Michel et al. and Voita et al. found such redundancy mainly among
-#   self-attention heads; Michel et al. found encoder-decoder attention *more* dependent on having several heads,
-#   so this small model differs from theirs here.)
+#   alone, because its neighbours align too. (Voita et al. pruned only the encoder's self-attention heads.
+#   Michel et al. found encoder-decoder attention *more* dependent on having several heads than self-attention,
+#   but by pruning many heads at once; removing one head at a time, as here, does not test that.)
 # - **One score sees one pattern.** In the copying model, the previous-token head named above (in layer 0) is the
 #   costliest to remove, yet its prefix-matching score is as low as that of heads that do nothing: its job is
 #   another pattern, which this attention score was not built to see. A ranking by one attention score would
@@ -710,7 +710,10 @@ widgets.head_scores_explorer(views, layer=best_layer, head=best_head)
 # 3. Average the four heads of each decoder layer before extracting the alignment, as chapter 11's maps did.
 #    Is the mean of a layer a better aligner than its best head?
 # 4. Patch the previous-token head and the induction head *together*. Is the restored fraction more than the
-#    sum of the two alone?
+#    sum of the two alone? (`patch_head` patches one head per call. For two, register a forward pre-hook on each
+#    layer's `w_o` (`toy.layers[layer]["attn"].w_o`) that views its input as `(batch, len, heads, d_k)` and, at
+#    the repeat's queries, puts in the head's clean output from `T.interpret.head_outputs(toy, clean, layer)`,
+#    as `patch_head` does for one head.)
 #
 # ## Check your understanding
 

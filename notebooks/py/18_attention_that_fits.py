@@ -652,8 +652,8 @@ check_tiled_attention(my_tiled_attention)
 # Write `intensity(m, k, n, bytes_per_number)`: the FLOPs per byte of the product $(m, k) \times (k, n)$ that
 # reads each input once and writes the output once. Then compare what your function says for a decode step
 # `intensity(1, 4096, 4096, 2)` and a prefill of 512 tokens `intensity(512, 4096, 4096, 2)` in float16 with
-# the knee the roofline cell printed (measured in float32, so only a rough guide): the decode step lands far to
-# its left, the prefill far to its right.
+# the knee the roofline cell printed (measured in float32, so only a rough guide): the decode step lands to its
+# left, the prefill far to its right.
 
 # %%
 def intensity(m, k, n, bytes_per_number):

@@ -196,8 +196,8 @@ del model
 # Attention holds 72 matrices of $d \times d$ (four in each of the six encoder layers, eight in each of the six
 # decoder layers, which attend twice), the twelve feed-forward networks hold more, and one shared matrix of
 # 37,000 $\times$ 512 serves as source embedding, target embedding and generator. The paper's table 3 says 65 M
-# for its base model; the count above is a little smaller, by more than rounding to millions explains. The gap
-# is possibly a different vocabulary size; we have not found the exact count.
+# for its base model; the count above is a little smaller, by more than rounding to millions explains. The paper
+# does not show how it counted; a different vocabulary size is one possible cause of the gap.
 #
 # Now chapter 14's GPT (its recipe in `tfm_lesson.train.recipes`), tied as it trains, and untied:
 

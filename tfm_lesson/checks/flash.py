@@ -142,8 +142,8 @@ def check_tiled_attention(fn: Callable) -> None:
                     f"{what} differs from softmax(Q K^T / sqrt(d_k)) V (largest difference {err:.3g})")
         name_the_slip(got, TILED_SLIPS, lambda bug: tiled(q, k, v, block, causal, mask, bug), fallback)
     _check_tiled_memory(fn)
-    passed("check_tiled_attention", f"{len(cases)} cases (tiles that divide the length and that do not, causal, a "
-                                    "growing maximum, a masked first tile, a query that sees no key, causal with a "
+    passed("check_tiled_attention", f"{len(cases)} cases (tiles that divide the length and that do not, causal, "
+                                    "fewer queries than keys, a growing maximum, a masked first tile, a query that sees no key, causal with a "
                                     "mask) equal attention, and the peak memory stays below the score matrix")
 
 

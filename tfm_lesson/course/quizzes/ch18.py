@@ -112,9 +112,10 @@ QUESTIONS = [
         ],
         answer=0,
         feedback=[
-            "Right: a matrix-vector product does about 1 FLOP per byte of float16 weight read, far below the "
-            "intensity at which the chapter's roofline turns flat; prefill multiplies many rows at once and "
-            "reuses every weight. This is why the KV cache's size, and grouped-query attention, matter.",
+            "Right: a matrix-vector product does about 1 FLOP per byte of float16 weight read, below the "
+            "intensity at which the chapter's one-thread roofline turns flat and far below a GPU's; prefill "
+            "multiplies many rows at once and reuses every weight. This is why the KV cache's size, and "
+            "grouped-query attention, matter.",
             "The softmax is a small part of a step; the weight matrices and the cache are what is read every step.",
             "With a KV cache a single new token needs no mask at all; the mask has nothing to do with it.",
         ],
