@@ -217,3 +217,27 @@ def test_the_graders_salt_gives_inputs_no_answer_could_learn(tmp_path):
         a = torch.Generator().manual_seed(3)
         b = torch.Generator().manual_seed(3)
         assert torch.equal(torch.randn(4, generator=a), torch.randn(4, generator=b))  # same seed, same draws
+
+
+def test_a_linked_submission_is_refused_and_a_deep_scratch_folder_is_removed(tmp_path):
+    """Red-team findings: a submission that is a link to the chapter scored full marks, and 3000 nested folders
+    left in the scratch folder crashed the whole class (``shutil.rmtree`` recursing too deep)."""
+    from tfm_lesson.course import grading
+    from tfm_lesson.course.cells import CourseError
+    from tfm_lesson.course.submission import read_submission
+
+    link = tmp_path / "mine.ipynb"
+    link.symlink_to(ROOT / "notebooks" / "03_multi_head_attention.ipynb")
+    with pytest.raises(CourseError, match="symbolic link"):
+        read_submission(link)
+    deep = tmp_path / "work"
+    fd = os.open(tmp_path, os.O_RDONLY)
+    os.mkdir("work", dir_fd=fd)
+    for _ in range(3000):
+        inner = os.open("work" if _ == 0 else "d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        os.mkdir("d", dir_fd=inner)
+        fd = inner
+    os.close(fd)
+    grading._remove(str(deep))
+    assert not deep.exists()
