@@ -215,7 +215,7 @@ from tfm_lesson.checks import check_flash_backward  # noqa: E402
 
 
 def learner_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None, *, use_d=True, scale=True,
-                     guard=True):
+                     guard=True, offset=True):
     d_k, q_len, k_len = q.size(-1), q.size(2), k.size(2)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     big_d = (grad_out * out).sum(-1) if use_d else torch.zeros_like(lse)  # (batch, heads, q_len)
@@ -227,8 +227,9 @@ def learner_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask
         for k0 in range(0, k_len, block_size):
             k1 = min(k0 + block_size, k_len)
             s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
-            if causal:
-                s = s.masked_fill(torch.arange(k0, k1)[None, :] > torch.arange(q0, q1)[:, None], float("-inf"))
+            if causal:  # the queries are the sequence's last q_len positions (no offset: its first ones)
+                q_pos = torch.arange(q0, q1)[:, None] + (k_len - q_len if offset else 0)
+                s = s.masked_fill(torch.arange(k0, k1)[None, :] > q_pos, float("-inf"))
             if mask is not None:
                 s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             p = torch.exp(s - safe[:, :, q0:q1, None])
@@ -261,6 +262,8 @@ def test_backward_right_answer_passes(capsys):
     (lambda *a: learner_backward(*a, use_d=False), "dV is right but dQ and dK are not: .* D = rowsum\\(dO \\* O\\)"),
     (lambda *a: learner_backward(*a, scale=False), "dQ and dK are sqrt\\(d_k\\) times too large"),
     (lambda *a: learner_backward(*a, guard=False), "NaN for a query that sees no key: its lse is -inf"),
+    (lambda *a: learner_backward(*a, offset=False), "with fewer queries than keys your recomputed P's causal rule "
+                                                    "lines up at the top-left: .* i \\+ k_len - q_len"),
     (explicit_backward, "STORED P: at length 256 with block_size=32"),
     (autograd_backward, "WRITE IT YOURSELF: .* `autograd`"),
     (lambda *a: None, "did you forget a `return`"),
@@ -291,7 +294,8 @@ def backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal=False, ma
             k1 = min(k0 + block_size, k_len)
             S = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
             if causal and slip != "no causal in the recompute":
-                S = S.masked_fill(torch.arange(k0, k1) > torch.arange(q0, q1)[:, None], float("-inf"))
+                q_pos = torch.arange(q0, q1)[:, None] + (0 if slip == "no offset" else k_len - q_len)
+                S = S.masked_fill(torch.arange(k0, k1) > q_pos, float("-inf"))
             if mask is not None and slip != "no mask in the recompute":
                 S = S.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             P = torch.exp(S - L[:, :, q0:q1, None]).masked_fill(sees_none[:, :, q0:q1, None], 0.0)
@@ -314,6 +318,7 @@ def backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal=False, ma
     ("D = rowsum(dO)", "you took D = rowsum\\(dO\\), the row sums of grad_out alone"),
     ("no mask in the recompute", "your recomputed P ignores `mask`"),
     ("no causal in the recompute", "your recomputed P ignores the causal rule"),
+    ("no offset", "lines up at the top-left: the queries are the sequence's LAST positions"),
     ("dV = P dO", "the shapes of a tile product do not fit \\(in `grad_v`\\): dV's tile is \\(block_k, d\\)"),
 ])
 def test_backward_slips_written_from_the_formulas_named(slip, hint):

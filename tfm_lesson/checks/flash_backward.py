@@ -4,7 +4,7 @@
   grad_v)``, from the saved output ``out`` and log-sum-exp ``lse`` (``-inf`` for a query that sees no key), tile by
   tile, compared in float64 with autograd through the explicit attention. Named: a missing D = rowsum(dO * O) or
   D = rowsum(dO), a forgotten 1/sqrt(d_k) (in both dQ and dK, or in one), a recompute without the mask or the causal
-  rule, tiles whose shapes do not fit (dV = P dO for P^T dO), NaN for queries that see nothing, a stored (q_len,
+  rule, a causal rule without the offset of fewer queries than keys (lined up at the top-left), tiles whose shapes do not fit (dV = P dO for P^T dO), NaN for queries that see nothing, a stored (q_len,
   k_len) probability matrix (peak memory measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`); the
   package's own backward (or autograd) is refused.
 """
@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ..look.memory import peak_tensor_bytes
-from ._flash_slips import causal_rule, same_numbers
+from ._flash_slips import TILED_SLIPS, causal_rule, same_numbers
 from ._harness import Mistake, call, close, expect, learner_side, passed
 from ._mistake import learner_lines
 from ._rules import forbid_names, forbid_objects
@@ -41,6 +41,7 @@ NO_MASK = ("your recomputed P ignores `mask`: P = exp(S - lse) must be 0 where t
            "with -inf at ~mask[..., q0:q1, k0:k1] in every tile before the exp, as the forward pass did")
 NO_CAUSAL = ("your recomputed P ignores the causal rule: with causal=True, fill S with -inf where the key comes after "
              "the query (positions in the whole sequence) in every tile before the exp, as the forward pass did")
+TOP_LEFT = TILED_SLIPS["top_left"].replace("your causal mask", "your recomputed P's causal rule")
 NAN = ("your gradients contain NaN for a query that sees no key: its lse is -inf, and exp(S - lse) = "
        "exp(-inf - (-inf)) is NaN. Replace a -inf lse by 0 in the exponent (torch.where(lse == -inf, 0, lse)) and "
        "give such a query P = 0: it received nothing, so it sends no gradient (the forward pass's rule, backwards)")
@@ -64,11 +65,13 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, mask: Tensor | Non
 
 def _by_hand(q, k, v, out, lse, grad_out, causal, mask, bug: str) -> tuple[Tensor, Tensor, Tensor]:
     """The backward pass written out explicitly, with one slip (``bug``): "no_D", "D_no_O", "no_scale",
-    "no_scale_dk", "no_scale_dq", "no_mask" or "no_causal"."""
+    "no_scale_dk", "no_scale_dq", "no_mask", "no_causal" or "top_left" (the causal rule without its offset)."""
     scale = 1.0 / math.sqrt(q.size(-1))
     scale_q = 1.0 if bug in ("no_scale", "no_scale_dq") else scale
     scale_k = 1.0 if bug in ("no_scale", "no_scale_dk") else scale
     allowed = _allowed(q.size(2), k.size(2), causal and bug != "no_causal", None if bug == "no_mask" else mask)
+    if causal and bug == "top_left":  # query i sees keys 0 .. i, as if the queries were the sequence's first ones
+        allowed = allowed & torch.ones(q.size(2), k.size(2), dtype=torch.bool).tril()
     s = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~allowed, float("-inf"))
     seen = ~(torch.isinf(lse) & (lse < 0))
     p = torch.where(seen.unsqueeze(-1), torch.exp(s - torch.where(seen, lse, 0.0).unsqueeze(-1)), 0.0)
@@ -87,7 +90,8 @@ def _cases(gen: torch.Generator) -> list:
     pad = torch.ones(2, 1, 1, 13, dtype=torch.bool)
     pad[1, ..., 10:] = False
     return [(qkv(10, 10), 4, False, None), (qkv(13, 13), 5, True, None), (qkv(9, 11), 4, False, hidden),
-            (qkv(13, 13), 4, True, pad.expand(2, 2, 13, 13))]
+            (qkv(13, 13), 4, True, pad.expand(2, 2, 13, 13)),
+            (qkv(5, 12), 4, True, None)]  # fewer queries than keys: the queries are the sequence's last positions
 
 
 def _grads(result: object, what: str) -> tuple[Tensor, Tensor, Tensor]:
@@ -117,8 +121,9 @@ def check_flash_backward(fn: Callable) -> None:
         got = _grads(call(fn, q, k, v, out, lse, grad_out, block, causal, mask, what=what, explain=_shape_hint), what)
         _compare(what, got, want, lambda bug: _by_hand(q, k, v, out, lse, grad_out, causal, mask, bug))
     _check_memory(fn)
-    passed("check_flash_backward", f"{len(cases)} cases (causal, a query that sees no key, a masked first tile, "
-                                   "blocks that do not divide the length) equal autograd's gradients in float64, "
+    passed("check_flash_backward", f"{len(cases)} cases (causal, causal with fewer queries than keys, a query that "
+                                   "sees no key, a masked first tile, blocks that do not divide the length) equal "
+                                   "autograd's gradients in float64, "
                                    "with no (q_len, k_len) matrix held")
 
 
@@ -168,7 +173,8 @@ def _compare(what: str, got: tuple, want: tuple, slip: Callable[[str], tuple]) -
     if all(close(g, w, atol=1e-8, rtol=1e-6) for g, w in zip(got, want)):
         return
     for bug, hint in (("no_D", NO_D), ("D_no_O", D_NO_O), ("no_scale", NO_SCALE), ("no_scale_dk", NO_SCALE_DK),
-                      ("no_scale_dq", NO_SCALE_DQ), ("no_mask", NO_MASK), ("no_causal", NO_CAUSAL)):
+                      ("no_scale_dq", NO_SCALE_DQ), ("no_mask", NO_MASK), ("no_causal", NO_CAUSAL),
+                      ("top_left", TOP_LEFT)):
         if all(same_numbers(g, s, atol=1e-8, rtol=1e-6) for g, s in zip(got, slip(bug))):
             raise Mistake(hint)
     wrong = [(n, (g - w).abs().max().item()) for n, g, w in zip(names, got, want) if not close(g, w, 1e-8, 1e-6)]
