@@ -16,8 +16,10 @@ from tfm_lesson.flash import flash_attention, online_softmax
 # the online softmax -------------------------------------------------------------------------------------------------
 def learner_softmax(x, block_size, *, rescale=True, per_block=False, guard=True, guard_end_only=False,
                     inverted=False, update=True, drop_last=False):
-    if per_block:
-        return torch.cat([x[..., s:s + block_size].softmax(-1) for s in range(0, x.size(-1), block_size)], dim=-1)
+    if per_block:  # each block's exp(x - max) over that block's own sum
+        blocks = [x[..., s:s + block_size] for s in range(0, x.size(-1), block_size)]
+        exps = [torch.exp(b - b.max(dim=-1, keepdim=True).values) for b in blocks]
+        return torch.cat([e / e.sum(dim=-1, keepdim=True) for e in exps], dim=-1)
     m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
     d = torch.zeros(x.shape[:-1], dtype=x.dtype)
     stop = x.size(-1) - block_size + 1 if drop_last else x.size(-1)
@@ -58,7 +60,65 @@ def test_online_softmax_stub_and_shape():
     with pytest.raises(Mistake, match="returned None"):
         check_online_softmax(lambda x, b: None)
     with pytest.raises(Mistake, match="expected"):
-        check_online_softmax(lambda x, b: x.softmax(-1).sum(-1))
+        check_online_softmax(lambda x, b: torch.exp(x).sum(-1))
+
+
+softmax_renamed = torch.nn.functional.softmax  # an answer that renames PyTorch's softmax
+
+
+@pytest.mark.parametrize("answer, used", [
+    (lambda x, b: torch.nan_to_num(x.softmax(-1)), "softmax`"),
+    (lambda x, b: torch.softmax(x, dim=-1), "softmax`"),
+    (lambda x, b: torch.exp(torch.log_softmax(x, -1)), "log_softmax`"),
+    (lambda x, b: torch.nan_to_num(torch.exp(x - x.logsumexp(-1, keepdim=True))), "logsumexp`"),
+    (lambda x, b: torch.nan_to_num(softmax_renamed(x, -1)), "PyTorch's `F.softmax` \\(as `softmax_renamed`\\)"),
+])
+def test_online_softmax_by_pytorch_is_refused(answer, used):
+    with pytest.raises(Mistake, match=f"WRITE IT YOURSELF: your online softmax uses .*{used}") as info:
+        check_online_softmax(answer)
+    assert "the package's `" not in str(info.value)
+
+
+def whole_row(x, block_size):  # right numbers, no blocks: the row's max and sum at once
+    m = x.amax(dim=-1, keepdim=True)
+    e = torch.exp(x - torch.where(m == float("-inf"), 0.0, m))
+    d = e.sum(dim=-1, keepdim=True)
+    return torch.where(d > 0, e / d, 0.0)
+
+
+def two_passes(x, block_size):  # the maximum block by block, then the sum over the whole row
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+    for s in range(0, x.size(-1), block_size):
+        m = torch.maximum(m, x[..., s:s + block_size].amax(dim=-1))
+    e = torch.exp(x - torch.where(m == float("-inf"), 0.0, m)[..., None])
+    d = e.sum(dim=-1, keepdim=True)
+    return torch.where(d > 0, e / d, 0.0)
+
+
+@pytest.mark.parametrize("answer", [whole_row, two_passes])
+def test_online_softmax_without_blocks_is_named(answer):
+    with pytest.raises(Mistake, match="NOT BLOCKED: on rows of 20 with block_size=4 your function computed a max or a "
+                                      "sum over 20 numbers at once"):
+        check_online_softmax(answer)
+
+
+def test_online_softmax_blocks_viewed_at_once_pass(capsys):
+    """Blocks taken with a view, each reduced over its own block_size columns: blocked, though not in a loop."""
+    def viewed(x, block_size):
+        if x.size(-1) % block_size:
+            return learner_softmax(x, block_size)
+        blocks = x.unflatten(-1, (-1, block_size))  # (..., blocks, block_size)
+        m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+        d = torch.zeros(x.shape[:-1], dtype=x.dtype)
+        for i, m_block in enumerate(blocks.amax(dim=-1).unbind(-1)):
+            m_new = torch.maximum(m, m_block)
+            shift = torch.where(m_new == float("-inf"), 0.0, m_new)
+            d = d * torch.exp(m - shift) + torch.exp(blocks[..., i, :] - shift[..., None]).sum(-1)
+            m = m_new
+        shift = torch.where(m == float("-inf"), 0.0, m)
+        return torch.where(d[..., None] > 0, torch.exp(x - shift[..., None]) / d[..., None], 0.0)
+    check_online_softmax(viewed)
+    assert "✔ check_online_softmax passed" in capsys.readouterr().out
 
 
 # tiled attention ----------------------------------------------------------------------------------------------------
@@ -184,6 +244,15 @@ def test_the_packages_implementation_is_refused_under_any_name():
     for answer in (online_softmax, lambda x, b: online_softmax(x, b), lambda x, b: x.logsumexp(-1)):
         with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
             check_online_softmax(answer)
+
+
+sdpa = torch.nn.functional.scaled_dot_product_attention  # PyTorch's SDPA, renamed
+
+
+def test_sdpa_renamed_is_refused_as_pytorchs():
+    with pytest.raises(Mistake, match="uses PyTorch's `F.scaled_dot_product_attention` \\(as `sdpa`\\)") as info:
+        check_tiled_attention(lambda q, k, v, b, causal=False, mask=None: sdpa(q, k, v, attn_mask=mask))
+    assert "the package's `" not in str(info.value)
 
 
 # arithmetic intensity -----------------------------------------------------------------------------------------------
