@@ -124,9 +124,11 @@ def test_online_softmax_blocks_viewed_at_once_pass(capsys):
 # tiled attention ----------------------------------------------------------------------------------------------------
 def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=True, rescale_acc=True,
                   per_tile=False, local_causal=False, guard=True, guard_end_only=False, inverted=False, update=True,
-                  drop_last=False, scale=True, strict=False, skip="none", mask_with_causal=True, top_left=False):
+                  drop_last=False, scale=True, strict=False, skip="none", mask_with_causal=True, top_left=False,
+                  flipped=False):
     q_len, k_len = q.size(2), k.size(2)
     offset = 0 if top_left else k_len - q_len  # the queries are the sequence's last positions
+    offset = -offset if flipped else offset
     out = torch.zeros(*q.shape[:3], v.size(-1))
     for q0 in range(0, q_len, block_size):
         q1 = min(q0 + block_size, q_len)
@@ -193,6 +195,8 @@ def test_tiled_attention_right_answers_pass(capsys):
     (dict(skip="right", local_causal=True), "the tiles above the diagonal are skipped correctly, but"),
     (dict(mask_with_causal=False), "with causal=True your function ignores `mask`"),
     (dict(top_left=True), "fewer queries than keys your causal mask lines up at the top-left"),
+    (dict(flipped=True), "your causal offset has the wrong sign, so the queries see no key at all and come out 0"),
+    (dict(flipped=True, skip="right"), "your causal offset has the wrong sign"),
 ])
 def test_tiled_attention_mistakes(kwargs, hint):
     with pytest.raises(Mistake, match=hint):
