@@ -16,8 +16,10 @@ from tfm_lesson.flash import flash_attention, online_softmax
 # the online softmax -------------------------------------------------------------------------------------------------
 def learner_softmax(x, block_size, *, rescale=True, per_block=False, guard=True, guard_end_only=False,
                     inverted=False, update=True, drop_last=False):
-    if per_block:
-        return torch.cat([x[..., s:s + block_size].softmax(-1) for s in range(0, x.size(-1), block_size)], dim=-1)
+    if per_block:  # each block's exp(x - max) over that block's own sum
+        blocks = [x[..., s:s + block_size] for s in range(0, x.size(-1), block_size)]
+        exps = [torch.exp(b - b.max(dim=-1, keepdim=True).values) for b in blocks]
+        return torch.cat([e / e.sum(dim=-1, keepdim=True) for e in exps], dim=-1)
     m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
     d = torch.zeros(x.shape[:-1], dtype=x.dtype)
     stop = x.size(-1) - block_size + 1 if drop_last else x.size(-1)
@@ -58,15 +60,75 @@ def test_online_softmax_stub_and_shape():
     with pytest.raises(Mistake, match="returned None"):
         check_online_softmax(lambda x, b: None)
     with pytest.raises(Mistake, match="expected"):
-        check_online_softmax(lambda x, b: x.softmax(-1).sum(-1))
+        check_online_softmax(lambda x, b: torch.exp(x).sum(-1))
+
+
+from torch.nn.functional import softmax as softmax_renamed  # noqa: E402 - an answer that renames PyTorch's softmax
+
+
+@pytest.mark.parametrize("answer, used", [
+    (lambda x, b: torch.nan_to_num(x.softmax(-1)), "softmax`"),
+    (lambda x, b: torch.softmax(x, dim=-1), "softmax`"),
+    (lambda x, b: torch.exp(torch.log_softmax(x, -1)), "log_softmax`"),
+    (lambda x, b: torch.nan_to_num(torch.exp(x - x.logsumexp(-1, keepdim=True))), "logsumexp`"),
+    (lambda x, b: torch.nan_to_num(softmax_renamed(x, -1)), "PyTorch's `F.softmax` \\(as `softmax_renamed`\\)"),
+])
+def test_online_softmax_by_pytorch_is_refused(answer, used):
+    with pytest.raises(Mistake, match=f"WRITE IT YOURSELF: your online softmax uses .*{used}") as info:
+        check_online_softmax(answer)
+    assert "the package's `" not in str(info.value)
+
+
+def whole_row(x, block_size):  # right numbers, no blocks: the row's max and sum at once
+    m = x.amax(dim=-1, keepdim=True)
+    e = torch.exp(x - torch.where(m == float("-inf"), 0.0, m))
+    d = e.sum(dim=-1, keepdim=True)
+    return torch.where(d > 0, e / d, 0.0)
+
+
+def two_passes(x, block_size):  # the maximum block by block, then the sum over the whole row
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+    for s in range(0, x.size(-1), block_size):
+        m = torch.maximum(m, x[..., s:s + block_size].amax(dim=-1))
+    e = torch.exp(x - torch.where(m == float("-inf"), 0.0, m)[..., None])
+    d = e.sum(dim=-1, keepdim=True)
+    return torch.where(d > 0, e / d, 0.0)
+
+
+@pytest.mark.parametrize("answer", [whole_row, two_passes])
+def test_online_softmax_without_blocks_is_named(answer):
+    with pytest.raises(Mistake, match="NOT BLOCKED: on rows of 20 with block_size=4 your function computed a max or a "
+                                      "sum over 20 numbers at once"):
+        check_online_softmax(answer)
+
+
+def test_online_softmax_blocks_viewed_at_once_pass(capsys):
+    """Blocks taken with a view, each reduced over its own block_size columns: blocked, though not in a loop."""
+    def viewed(x, block_size):
+        if x.size(-1) % block_size:
+            return learner_softmax(x, block_size)
+        blocks = x.unflatten(-1, (-1, block_size))  # (..., blocks, block_size)
+        m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+        d = torch.zeros(x.shape[:-1], dtype=x.dtype)
+        for i, m_block in enumerate(blocks.amax(dim=-1).unbind(-1)):
+            m_new = torch.maximum(m, m_block)
+            shift = torch.where(m_new == float("-inf"), 0.0, m_new)
+            d = d * torch.exp(m - shift) + torch.exp(blocks[..., i, :] - shift[..., None]).sum(-1)
+            m = m_new
+        shift = torch.where(m == float("-inf"), 0.0, m)
+        return torch.where(d[..., None] > 0, torch.exp(x - shift[..., None]) / d[..., None], 0.0)
+    check_online_softmax(viewed)
+    assert "✔ check_online_softmax passed" in capsys.readouterr().out
 
 
 # tiled attention ----------------------------------------------------------------------------------------------------
 def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=True, rescale_acc=True,
                   per_tile=False, local_causal=False, guard=True, guard_end_only=False, inverted=False, update=True,
-                  drop_last=False, scale=True, strict=False, skip="none", mask_with_causal=True, top_left=False):
+                  drop_last=False, scale=True, strict=False, skip="none", mask_with_causal=True, top_left=False,
+                  flipped=False):
     q_len, k_len = q.size(2), k.size(2)
     offset = 0 if top_left else k_len - q_len  # the queries are the sequence's last positions
+    offset = -offset if flipped else offset
     out = torch.zeros(*q.shape[:3], v.size(-1))
     for q0 in range(0, q_len, block_size):
         q1 = min(q0 + block_size, q_len)
@@ -133,6 +195,8 @@ def test_tiled_attention_right_answers_pass(capsys):
     (dict(skip="right", local_causal=True), "the tiles above the diagonal are skipped correctly, but"),
     (dict(mask_with_causal=False), "with causal=True your function ignores `mask`"),
     (dict(top_left=True), "fewer queries than keys your causal mask lines up at the top-left"),
+    (dict(flipped=True), "your causal offset has the wrong sign, so the queries see no key at all and come out 0"),
+    (dict(flipped=True, skip="right"), "your causal offset has the wrong sign"),
 ])
 def test_tiled_attention_mistakes(kwargs, hint):
     with pytest.raises(Mistake, match=hint):
@@ -186,6 +250,15 @@ def test_the_packages_implementation_is_refused_under_any_name():
             check_online_softmax(answer)
 
 
+from torch.nn.functional import scaled_dot_product_attention as sdpa  # noqa: E402 - PyTorch's SDPA, renamed
+
+
+def test_sdpa_renamed_is_refused_as_pytorchs():
+    with pytest.raises(Mistake, match="uses PyTorch's `F.scaled_dot_product_attention` \\(as `sdpa`\\)") as info:
+        check_tiled_attention(lambda q, k, v, b, causal=False, mask=None: sdpa(q, k, v, attn_mask=mask))
+    assert "the package's `" not in str(info.value)
+
+
 # arithmetic intensity -----------------------------------------------------------------------------------------------
 def intensity(m, k, n, size, *, two=2, output=True, bits=False, per_byte=True, upside_down=False):
     flops = two * m * k * n
@@ -215,7 +288,7 @@ from tfm_lesson.checks import check_flash_backward  # noqa: E402
 
 
 def learner_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None, *, use_d=True, scale=True,
-                     guard=True):
+                     guard=True, offset=True):
     d_k, q_len, k_len = q.size(-1), q.size(2), k.size(2)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     big_d = (grad_out * out).sum(-1) if use_d else torch.zeros_like(lse)  # (batch, heads, q_len)
@@ -227,9 +300,9 @@ def learner_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mask
         for k0 in range(0, k_len, block_size):
             k1 = min(k0 + block_size, k_len)
             s = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
-            if causal:  # the queries are the sequence's last q_len positions
-                s = s.masked_fill(torch.arange(k0, k1)[None, :] > torch.arange(q0, q1)[:, None] + (k_len - q_len),
-                                  float("-inf"))
+            if causal:  # the queries are the sequence's last q_len positions (no offset: its first ones)
+                q_pos = torch.arange(q0, q1)[:, None] + (k_len - q_len if offset else 0)
+                s = s.masked_fill(torch.arange(k0, k1)[None, :] > q_pos, float("-inf"))
             if mask is not None:
                 s = s.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             p = torch.exp(s - safe[:, :, q0:q1, None])
@@ -262,6 +335,8 @@ def test_backward_right_answer_passes(capsys):
     (lambda *a: learner_backward(*a, use_d=False), "dV is right but dQ and dK are not: .* D = rowsum\\(dO \\* O\\)"),
     (lambda *a: learner_backward(*a, scale=False), "dQ and dK are sqrt\\(d_k\\) times too large"),
     (lambda *a: learner_backward(*a, guard=False), "NaN for a query that sees no key: its lse is -inf"),
+    (lambda *a: learner_backward(*a, offset=False), "with fewer queries than keys your recomputed P's causal rule "
+                                                    "lines up at the top-left: .* i \\+ k_len - q_len"),
     (explicit_backward, "STORED P: at length 256 with block_size=32"),
     (autograd_backward, "WRITE IT YOURSELF: .* `autograd`"),
     (lambda *a: None, "did you forget a `return`"),
@@ -292,8 +367,8 @@ def backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal=False, ma
             k1 = min(k0 + block_size, k_len)
             S = q[:, :, q0:q1] @ k[:, :, k0:k1].transpose(-2, -1) / math.sqrt(d_k)
             if causal and slip != "no causal in the recompute":
-                offset = 0 if slip == "causal top-left" else k_len - q_len  # the queries are the last positions
-                S = S.masked_fill(torch.arange(k0, k1) > torch.arange(q0, q1)[:, None] + offset, float("-inf"))
+                q_pos = torch.arange(q0, q1)[:, None] + (0 if slip == "no offset" else k_len - q_len)
+                S = S.masked_fill(torch.arange(k0, k1) > q_pos, float("-inf"))
             if mask is not None and slip != "no mask in the recompute":
                 S = S.masked_fill(~mask[..., q0:q1, k0:k1], float("-inf"))
             P = torch.exp(S - L[:, :, q0:q1, None]).masked_fill(sees_none[:, :, q0:q1, None], 0.0)
@@ -316,7 +391,7 @@ def backward_with_slip(q, k, v, out, lse, grad_out, block_size, causal=False, ma
     ("D = rowsum(dO)", "you took D = rowsum\\(dO\\), the row sums of grad_out alone"),
     ("no mask in the recompute", "your recomputed P ignores `mask`"),
     ("no causal in the recompute", "your recomputed P ignores the causal rule"),
-    ("causal top-left", "with fewer queries than keys your recomputed causal rule lines up at the top-left"),
+    ("no offset", "lines up at the top-left: the queries are the sequence's LAST positions"),
     ("dV = P dO", "the shapes of a tile product do not fit \\(in `grad_v`\\): dV's tile is \\(block_k, d\\)"),
 ])
 def test_backward_slips_written_from_the_formulas_named(slip, hint):

@@ -38,11 +38,44 @@ def test_aer_over_a_list_named():
     (lambda a, s, p=None: 1 - (len(set(a) & set(s)) + len(set(a) & set(p or s))) / (len(a) + len(p or s)),
      "not \\|A\\| \\+ \\|P\\|"),
     (lambda a, s, p=None: 1 - aer_sets(a, s, p), "that is 1 - AER"),
-    (lambda a, s, p=None: None, "NoneType"),
+    (lambda a, s, p=None: None, "returned None: not written yet, or did you forget a `return`\\?"),
 ])
 def test_aer_other_mistakes(bug, match):
     with pytest.raises(Mistake, match=match):
         check_alignment_error_rate(bug)
+
+
+def aer_lists_for_references(a, s, p=None):  # a set for the prediction, the references counted as lists
+    s = list(s)
+    p = s if p is None else list(p)
+    a = set(a)
+    return 1 - (sum(link in s for link in a) + sum(link in p for link in a)) / (len(a) + len(s))
+
+
+def aer_counts_over_possible(a, s, p=None):  # |A ∩ P| counted over the list of possible links
+    a, s = set(a), set(s)
+    p = list(s) if p is None else list(p)
+    return 1 - (len(a & s) + sum(link in a for link in p)) / (len(a) + len(s))
+
+
+@pytest.mark.parametrize("fn, match", [
+    (aer_lists_for_references, "aer\\(\\[\\(0, 0\\)\\], \\[\\(0, 0\\), \\(0, 0\\)\\], None\\) = 0.3333333, "
+                               "expected 0.0000000: a link named twice in `sure` was counted twice: .*\\|S\\| = 1, not 2"),
+    (aer_counts_over_possible, "a link named twice in `possible` was counted twice: .*\\|A ∩ P\\| counts it once"),
+])
+def test_aer_a_link_repeated_in_the_references_named(fn, match):
+    with pytest.raises(Mistake, match=match):
+        check_alignment_error_rate(fn)
+
+
+def test_aer_repeats_refused_pass(capsys):
+    def refuses(a, s, p=None):
+        for links in (a, s, p or ()):
+            if len(set(links)) != len(list(links)):
+                raise ValueError("a link is named twice")
+        return aer_sets(a, s, p)
+    check_alignment_error_rate(refuses)
+    assert "✔ check_alignment_error_rate passed" in capsys.readouterr().out
 
 
 def test_aer_possible_none_ignored():
@@ -104,6 +137,24 @@ def copy_itself(a, seg_len):
 def test_induction_score_mistakes_named(bug, match):
     with pytest.raises(Mistake, match=match):
         check_induction_score(bug)
+
+
+@pytest.mark.parametrize("bug, match", [
+    (lambda a, n: a[torch.arange(n + 1, 2 * n + 1), torch.arange(n + 1, 2 * n + 1) - n + 1].mean(-1),
+     "you indexed the map's leading axes: attention is \\(2, 3, 9, 9\\).* axis of size 2, not one of the map's 9 "
+     "positions"),
+    (lambda a, n: a[..., torch.arange(n + 1, 2 * n + 2), torch.arange(n + 1, 2 * n + 2) - n + 1].mean(-1),
+     "an index past the end: the map has 1 \\+ 2 seg_len positions"),
+    (lambda a, n: None, "returned None: not written yet, or did you forget a `return`\\?"),
+])
+def test_induction_score_index_errors_and_stub_named(bug, match):
+    with pytest.raises(Mistake, match=match):
+        check_induction_score(bug)
+
+
+def test_patch_stub_named():
+    with pytest.raises(Mistake, match="returned None: not written yet, or did you forget a `return`\\?"):
+        check_patch_position(lambda clean, corrupted, head, position: None)
 
 
 # patch position -------------------------------------------------------------------------------------------------------

@@ -452,7 +452,7 @@ for f, token in enumerate(shown.fr_tokens):
 # **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `aer(predicted, sure, possible=None)` for one sentence; with `possible=None`, $P = S$. The inputs may be
-# lists; a list may name a link twice.
+# lists, and any of the three may name a link twice.
 
 # %%
 def aer(predicted, sure, possible=None):

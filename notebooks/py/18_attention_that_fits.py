@@ -565,7 +565,9 @@ print(f"length {length}, tiles of {block_size}: peak {peak / 2**20:.2f} MiB, {1e
 # `block_size` columns (the last block may be shorter) with a running maximum `m` and a running sum `d` per row,
 # then one pass that writes `exp(x - m) / d`. A row that is all `-inf` (nothing to attend to) must give zeros,
 # not NaN: where `m` is `-inf`, subtract 0 instead, in every block (a row may start with a block of `-inf`).
-# Write it yourself: the checker refuses the package's `online_softmax` and `flash_attention`, under any name.
+# Write it yourself: the checker refuses the package's `online_softmax` and `flash_attention`, and PyTorch's
+# `softmax`, `log_softmax` and `logsumexp`, under any name; it also watches your function run and refuses a max or
+# a sum that spans a whole row at once (only the final pass may touch the whole row).
 
 # %%
 def my_online_softmax(x, block_size):

@@ -44,6 +44,9 @@ ONLINE_SLIPS = {
 }
 
 TILED_SLIPS = {
+    "flipped_offset": ("with fewer queries than keys your causal offset has the wrong sign, so the queries see no key "
+                       "at all and come out 0: the queries are the sequence's LAST positions, AFTER the earlier keys, "
+                       "so query i sits at position i + (k_len - q_len), not i - (k_len - q_len)"),
     "top_left": ("with fewer queries than keys your causal mask lines up at the top-left: the queries are the "
                  "sequence's LAST positions (one decoding step after a cache of keys), so query i sits at position "
                  "i + k_len - q_len and sees every key up to there"),
@@ -128,7 +131,7 @@ def _allowed(q0: int, q1: int, k0: int, k1: int, causal: bool, mask: Tensor | No
     if causal and bug in ("causal_local", "causal_local_skip"):
         allowed = allowed.tril()
     elif causal:
-        shift = 0 if bug == "top_left" else offset
+        shift = 0 if bug == "top_left" else -offset if bug == "flipped_offset" else offset
         rows, cols = torch.arange(q0, q1).unsqueeze(-1) + shift, torch.arange(k0, k1)
         allowed = cols < rows if bug == "strict" else cols <= rows
     if mask is not None and bug != "ignore_mask" and not (causal and bug == "ignore_mask_when_causal"):

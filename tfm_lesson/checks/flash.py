@@ -10,7 +10,9 @@ arithmetic intensity.
 
 Each classic mistake is recomputed (:mod:`._flash_slips`) and named when the learner's output matches it. The
 package's own ``flash_attention`` / ``online_softmax`` (and PyTorch's SDPA) are refused, under any name: the
-exercises say "write it yourself"; the tiled exercise must also stay below the full score matrix's memory,
+exercises say "write it yourself". The online softmax may not call PyTorch's softmax, log_softmax or logsumexp
+either, and must read its rows in blocks: watched under a ``TorchDispatchMode``, no max or sum it computes may
+span a whole row (:func:`_widest_reduction`). The tiled exercise must stay below the full score matrix's memory,
 measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`.
 """
 from __future__ import annotations
@@ -19,7 +21,9 @@ import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..look.memory import peak_tensor_bytes
 from ._flash_slips import (NAN_QUERY, NAN_ROW, ONLINE_SLIPS, TILED_SLIPS, causal_rule, name_the_slip, nan_symptom,
@@ -33,16 +37,78 @@ FORBIDDEN_WHY = ("The exercise asks you to write the tiles yourself; the package
                  "attention_lse and PyTorch's scaled_dot_product_attention or logsumexp would do the work.")
 
 
+SOFTMAX_WHY = ("The exercise asks you to compute the softmax yourself, block by block, with a running maximum and a "
+               "running sum; PyTorch's softmax, log_softmax or logsumexp would do the work, over the whole row at once.")
+NOT_BLOCKED = ("NOT BLOCKED: on rows of {length} with block_size={block} your function computed a max or a sum over "
+               "{widest} numbers at once, a whole row (or more): the exercise reads each row in blocks of block_size "
+               "columns, so every max and sum covers one block, and the running m and d carry what the earlier blocks "
+               "saw (only the final pass, exp(x - m) / d, touches the whole row)")
+
+
+def _forbid_pytorch(fn: Callable, objects: dict, what: str, why: str) -> None:
+    """:func:`._rules.forbid_objects` for PyTorch's own functions: its message names them as PyTorch's."""
+    try:
+        forbid_objects(fn, objects, what, why)
+    except Mistake as exc:
+        raise Mistake(str(exc).replace("the package's `", "PyTorch's `")) from None
+
+
 def _forbid_package(fn: Callable, what: str) -> None:
     """The package's (or PyTorch's) finished implementation is refused, under any name."""
     from .. import flash as package
 
     objects = {name: getattr(package, name) for name in ("flash_attention", "online_softmax", "attention_lse",
                                                          "FlashAttention", "_forward", "_backward")}
-    objects["F.scaled_dot_product_attention"] = torch.nn.functional.scaled_dot_product_attention
     forbid_objects(fn, objects, what, FORBIDDEN_WHY)
+    _forbid_pytorch(fn, {"F.scaled_dot_product_attention": F.scaled_dot_product_attention}, what, FORBIDDEN_WHY)
     forbid_names(fn, ("flash_attention", "online_softmax", "attention_lse", "FlashAttention",
                       "scaled_dot_product_attention", "logsumexp"), what, FORBIDDEN_WHY)
+
+
+def _forbid_softmax(fn: Callable) -> None:
+    """PyTorch's softmax, log_softmax and logsumexp are refused in the online softmax, by name or renamed."""
+    _forbid_pytorch(fn, {"torch.softmax": torch.softmax, "F.softmax": F.softmax, "torch.log_softmax":
+                         torch.log_softmax, "F.log_softmax": F.log_softmax, "torch.logsumexp": torch.logsumexp},
+                    "online softmax", SOFTMAX_WHY)
+    forbid_names(fn, ("softmax", "log_softmax", "logsumexp", "Softmax", "LogSoftmax"), "online softmax", SOFTMAX_WHY)
+
+
+_REDUCTIONS = {"max", "amax", "sum", "logsumexp", "_softmax", "_log_softmax", "mean", "prod", "aminmax", "nansum"}
+
+
+class _Reductions(TorchDispatchMode):
+    """The most numbers any one reduction (a max, a sum, ...) covered along the axes it reduced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.widest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket.__name__ in _REDUCTIONS and args and isinstance(args[0], Tensor):
+            dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            if not isinstance(dims, Tensor):  # torch.max(a, b) is elementwise, not a reduction
+                shape = args[0].shape
+                dims = [dims] if isinstance(dims, int) else list(dims) if isinstance(dims, (list, tuple)) else []
+                axes = range(len(shape)) if not dims else {d % max(len(shape), 1) for d in dims}
+                self.widest = max(self.widest, math.prod(shape[d] for d in axes) if shape else 1)
+        return func(*args, **kwargs)
+
+
+def _widest_reduction(fn: Callable, *args) -> int:
+    """How many numbers the widest reduction of ``fn(*args)`` covered (run where the learner's code lives)."""
+    watcher = _Reductions()
+    with torch.no_grad(), watcher:
+        fn(*args)
+    return watcher.widest
+
+
+def _check_blocked(fn: Callable, gen: torch.Generator) -> None:
+    """Right numbers from a whole-row max and sum are not the exercise: no reduction may span a row."""
+    x, block = torch.randn(2, 3, 20, generator=gen), 4
+    widest = call(learner_side(_widest_reduction), fn, x, block,
+                  what=f"your function(x of shape {tuple(x.shape)}, block_size={block})")
+    expect(widest < x.size(-1), NOT_BLOCKED.format(length=x.size(-1), block=block, widest=widest))
 
 
 def _softmax_cases(gen: torch.Generator) -> list[tuple[Tensor, int]]:
@@ -60,6 +126,7 @@ def check_online_softmax(fn: Callable) -> None:
     """``fn(x, block_size)`` must equal ``x.softmax(-1)`` (0 for a row of -inf) for block sizes that do and do not
     divide the row, with the maximum growing from block to block, and a row whose first block is all -inf."""
     _forbid_package(fn, "online softmax")
+    _forbid_softmax(fn)
     gen = torch.Generator().manual_seed(18)
     cases = _softmax_cases(gen)
     for x, block in cases:
@@ -82,9 +149,10 @@ def check_online_softmax(fn: Callable) -> None:
     expect(not torch.isnan(got).any(), NAN_ROW)
     expect(close(got, reference_softmax(empty)), "a row that is all -inf must give 0 (nothing to attend to), the "
                                                  "other rows their softmax")
+    _check_blocked(fn, gen)
     passed("check_online_softmax", f"{len(cases) + 1} cases (block sizes that divide the row and that do not, a "
                                    "maximum that grows, a first block of -inf, a row of -inf, float32 and float64) "
-                                   "equal softmax")
+                                   "equal softmax, and no max or sum spans a whole row")
 
 
 def _qkv(gen: torch.Generator, q_len: int, k_len: int, d_k: int = 8, rising: bool = False):

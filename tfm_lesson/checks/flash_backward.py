@@ -4,10 +4,9 @@
   grad_v)``, from the saved output ``out`` and log-sum-exp ``lse`` (``-inf`` for a query that sees no key), tile by
   tile, compared in float64 with autograd through the explicit attention. Named: a missing D = rowsum(dO * O) or
   D = rowsum(dO), a forgotten 1/sqrt(d_k) (in both dQ and dK, or in one), a recompute without the mask or the causal
-  rule, or with the causal rule aligned top-left when there are fewer queries than keys, tiles whose shapes do not
-  fit (dV = P dO for P^T dO), NaN for queries that see nothing, a stored (q_len, k_len) probability matrix (peak
-  memory measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`); the package's own backward (or autograd)
-  is refused.
+  rule, a causal rule without the offset of fewer queries than keys (lined up at the top-left), tiles whose shapes do not fit (dV = P dO for P^T dO), NaN for queries that see nothing, a stored (q_len,
+  k_len) probability matrix (peak memory measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`); the
+  package's own backward (or autograd) is refused.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ..look.memory import peak_tensor_bytes
-from ._flash_slips import causal_rule, same_numbers
+from ._flash_slips import TILED_SLIPS, causal_rule, same_numbers
 from ._harness import Mistake, call, close, expect, learner_side, passed
 from ._mistake import learner_lines
 from ._rules import forbid_names, forbid_objects
@@ -42,18 +41,14 @@ NO_MASK = ("your recomputed P ignores `mask`: P = exp(S - lse) must be 0 where t
            "with -inf at ~mask[..., q0:q1, k0:k1] in every tile before the exp, as the forward pass did")
 NO_CAUSAL = ("your recomputed P ignores the causal rule: with causal=True, fill S with -inf where the key comes after "
              "the query (positions in the whole sequence) in every tile before the exp, as the forward pass did")
-TOP_LEFT = ("with fewer queries than keys your recomputed causal rule lines up at the top-left: the queries are the "
-            "sequence's LAST positions (one decoding step after a cache of keys), so query i sits at position "
-            "i + k_len - q_len and sees every key up to there, as in the forward pass")
+TOP_LEFT = TILED_SLIPS["top_left"].replace("your causal mask", "your recomputed P's causal rule")
 NAN = ("your gradients contain NaN for a query that sees no key: its lse is -inf, and exp(S - lse) = "
        "exp(-inf - (-inf)) is NaN. Replace a -inf lse by 0 in the exponent (torch.where(lse == -inf, 0, lse)) and "
        "give such a query P = 0: it received nothing, so it sends no gradient (the forward pass's rule, backwards)")
 
 
-def _allowed(q_len: int, k_len: int, causal: bool, mask: Tensor | None, top_left: bool = False) -> Tensor:
+def _allowed(q_len: int, k_len: int, causal: bool, mask: Tensor | None) -> Tensor:
     allowed = causal_rule(q_len, k_len) if causal else torch.ones(q_len, k_len, dtype=torch.bool)
-    if causal and top_left:  # the slip: the queries taken as the sequence's first positions
-        allowed = torch.ones(q_len, k_len, dtype=torch.bool).tril()
     return allowed & mask if mask is not None else allowed
 
 
@@ -70,12 +65,13 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, mask: Tensor | Non
 
 def _by_hand(q, k, v, out, lse, grad_out, causal, mask, bug: str) -> tuple[Tensor, Tensor, Tensor]:
     """The backward pass written out explicitly, with one slip (``bug``): "no_D", "D_no_O", "no_scale",
-    "no_scale_dk", "no_scale_dq", "no_mask", "no_causal" or "top_left"."""
+    "no_scale_dk", "no_scale_dq", "no_mask", "no_causal" or "top_left" (the causal rule without its offset)."""
     scale = 1.0 / math.sqrt(q.size(-1))
     scale_q = 1.0 if bug in ("no_scale", "no_scale_dq") else scale
     scale_k = 1.0 if bug in ("no_scale", "no_scale_dk") else scale
-    allowed = _allowed(q.size(2), k.size(2), causal and bug != "no_causal", None if bug == "no_mask" else mask,
-                       top_left=bug == "top_left")
+    allowed = _allowed(q.size(2), k.size(2), causal and bug != "no_causal", None if bug == "no_mask" else mask)
+    if causal and bug == "top_left":  # query i sees keys 0 .. i, as if the queries were the sequence's first ones
+        allowed = allowed & torch.ones(q.size(2), k.size(2), dtype=torch.bool).tril()
     s = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(~allowed, float("-inf"))
     seen = ~(torch.isinf(lse) & (lse < 0))
     p = torch.where(seen.unsqueeze(-1), torch.exp(s - torch.where(seen, lse, 0.0).unsqueeze(-1)), 0.0)
@@ -125,9 +121,9 @@ def check_flash_backward(fn: Callable) -> None:
         got = _grads(call(fn, q, k, v, out, lse, grad_out, block, causal, mask, what=what, explain=_shape_hint), what)
         _compare(what, got, want, lambda bug: _by_hand(q, k, v, out, lse, grad_out, causal, mask, bug))
     _check_memory(fn)
-    passed("check_flash_backward", f"{len(cases)} cases (causal, fewer queries than keys, a query that sees no key, a "
-                                   "masked first tile, blocks that do not divide the length) equal autograd's "
-                                   "gradients in float64, "
+    passed("check_flash_backward", f"{len(cases)} cases (causal, causal with fewer queries than keys, a query that "
+                                   "sees no key, a masked first tile, blocks that do not divide the length) equal "
+                                   "autograd's gradients in float64, "
                                    "with no (q_len, k_len) matrix held")
 
 

@@ -1,7 +1,8 @@
 """Checkers for chapter 17 (what the heads learned):
 
 - ``check_alignment_error_rate(fn)``: ``fn(predicted, sure, possible=None)`` -> Och & Ney's AER, a float;
-  the links are ``(target, source)`` pairs, an alignment is a **set** (a repeated link is counted once, or refused);
+  the links are ``(target, source)`` pairs, an alignment is a **set** (a link repeated in any of the three lists is
+  counted once, or refused);
 - ``check_induction_score(fn)``: ``fn(attention (..., 1 + 2 seg_len, 1 + 2 seg_len), seg_len)`` -> ``(...)`` mean
   attention of the repeated half's queries to the key after the earlier copy of their token;
 - ``check_patch_position(fn)``: ``fn(clean, corrupted, head, position)`` (``patch_head``'s order) -> a copy of
@@ -11,6 +12,7 @@
 from __future__ import annotations
 
 import random
+import re
 from typing import Callable
 
 import torch
@@ -54,9 +56,11 @@ _AER_HINTS = {
                      "link is also possible), so the numerator is |A ∩ S| + |A ∩ P|",
 }
 TOLERANCE = 1e-6  # float32 holds an AER to about 1e-7: a float32 tensor of the right value passes
+NONE = "your code returned None: not written yet, or did you forget a `return`?"
 
 
 def _as_float(got: object, what: str) -> float:
+    expect(got is not None, NONE)
     expect(isinstance(got, (int, float)) and not isinstance(got, bool)
            or (isinstance(got, Tensor) and got.numel() == 1),
            f"{what} returned {type(got).__name__}, expected a float")
@@ -87,21 +91,52 @@ def check_alignment_error_rate(fn: Callable) -> None:
            f"aer(A, S, possible=None) = {got:.7f}: with no possible links P is S (every sure link is possible)")
     # a list that repeats a link
     a_list = [(0, 0), (0, 0), (0, 0), (1, 2)]
-    try:
-        got = call(fn, list(a_list), sorted(s), sorted(s), what=f"aer({a_list}, S, S)")
-    except Mistake as exc:
-        if not isinstance(exc.__cause__, (ValueError, TypeError)):
-            raise
-        got = None  # refusing repeats is right too
+    got = _repeated(fn, (list(a_list), sorted(s), sorted(s)), f"aer({a_list}, S, S)")
     if got is not None:
-        got = _as_float(got, f"aer({a_list}, S, S)")
         if abs(got - _aer(a_list, s, s, "list")) <= TOLERANCE:
             raise Mistake(f"aer({a_list}, S, S) = {got:.7f}: {_AER_HINTS['list']}")
         expect(abs(got - _aer(set(a_list), s, s)) <= TOLERANCE,
                f"aer({a_list}, S, S) = {got:.7f}, expected {_aer(set(a_list), s, s):.7f} (the set of the links)")
+    _check_repeated_references(fn)
     _check_empty(fn, s)
     passed("check_alignment_error_rate", "Och & Ney's formula on 30 random alignments, P = S by default, "
            "a repeated link counted once (or refused)")
+
+
+def _repeated(fn: Callable, args: tuple, what: str) -> float | None:
+    """``fn(*args)`` as a float, or None when it refuses the repeated link (a ValueError or TypeError)."""
+    try:
+        return _as_float(call(fn, *args, what=what), what)
+    except Mistake as exc:
+        if isinstance(exc.__cause__, (ValueError, TypeError)):
+            return None  # refusing repeats is right too
+        raise
+
+
+_REPEATED = ("a link named twice in `{arg}` was counted twice: `{arg}` is a SET of links, so {count}. Turn each "
+             "input into a set first (set({arg})), or refuse repeats")
+_REPEATS = (  # (predicted, sure, possible) with one link repeated in `sure` or in `possible`; AER 0 on their sets
+    ("sure", [(0, 0)], [(0, 0), (0, 0)], None, "|S| counts it once (here |S| = 1, not 2)"),
+    ("sure", [(0, 0), (1, 1)], [(0, 0), (1, 1), (1, 1)], [(0, 0), (1, 1)], "|S| and |A ∩ S| count it once"),
+    ("possible", [(0, 0), (1, 1)], [(0, 0)], [(0, 0), (1, 1), (1, 1)], "|A ∩ P| counts it once (here 2, not 3)"),
+)
+
+
+def _check_repeated_references(fn: Callable) -> None:
+    """A link repeated in ``sure`` or ``possible`` counts once: an answer right on the same lists without the repeat
+    and wrong with it counted the repeat."""
+    for arg, a, s, p, count in _REPEATS:
+        what = f"aer({a}, {s}, {p})"
+        got = _repeated(fn, (list(a), list(s), None if p is None else list(p)), what)
+        want = _aer(a, s, s if p is None else p)
+        if got is None or abs(got - want) <= TOLERANCE:
+            continue
+        plain = [list(dict.fromkeys(links)) if links is not None else None for links in (a, s, p)]
+        alone = _repeated(fn, tuple(plain), f"aer({plain[0]}, {plain[1]}, {plain[2]})")
+        if alone is not None and abs(alone - want) <= TOLERANCE:
+            raise Mistake(f"{what} = {got:.7f}, expected {want:.7f}: " + _REPEATED.format(arg=arg, count=count))
+        raise Mistake(f"{what} = {got:.7f}, expected {want:.7f}: the links given as lists, not sets, change your "
+                      "result; turn each input into a set first (set(predicted), set(sure), set(possible))")
 
 
 UNDEFINED = ("with no predicted link and no sure link, |A| + |S| = 0 and AER is 0/0: undefined, there is nothing to "
@@ -185,11 +220,18 @@ _SCORE_HINTS = {
 }
 
 
-def _index_hint(exc: Exception) -> str | None:
-    if isinstance(exc, IndexError) and "out of bounds" in str(exc):
-        return ("an index past the end: the map has 1 + 2 seg_len positions, 0 .. 2 seg_len, and the last query of "
-                "the repeat is t = 2 seg_len, torch.arange(seg_len + 1, 2 * seg_len + 1) (the end excluded)")
-    return None
+def _index_hint(exc: Exception, shape: tuple[int, ...]) -> str | None:
+    """An index out of bounds on a map of ``shape``: on a leading (batch, head) axis, or past the map's end."""
+    if not (isinstance(exc, IndexError) and "out of bounds" in str(exc)):
+        return None
+    size = re.search(r"with size (\d+)", str(exc))
+    if size and int(size.group(1)) != shape[-1] and len(shape) > 2:
+        return (f"you indexed the map's leading axes: attention is {tuple(shape)}, (..., query, key) with batch and "
+                f"head axes in front, and your index met an axis of size {size.group(1)}, not one of the map's "
+                f"{shape[-1]} positions. Index the last two axes whatever comes before them: "
+                "attention[..., t, t - seg_len + 1]")
+    return ("an index past the end: the map has 1 + 2 seg_len positions, 0 .. 2 seg_len, and the last query of "
+            "the repeat is t = 2 seg_len, torch.arange(seg_len + 1, 2 * seg_len + 1) (the end excluded)")
 
 
 def _plus(k: int) -> str:
@@ -241,7 +283,8 @@ def check_induction_score(fn: Callable) -> None:
             scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
         a = scores.softmax(-1)
         what = (f"induction_score({'causal ' if causal else ''}attention {tuple(a.shape)}, seg_len={seg_len})")
-        got = call(fn, a, seg_len, what=what, explain=_index_hint)
+        got = call(fn, a, seg_len, what=what, explain=lambda exc: _index_hint(exc, tuple(a.shape)))
+        expect(got is not None, NONE)
         expect(isinstance(got, Tensor), f"{what} returned {type(got).__name__}, expected a tensor of shape {shape}")
         want = _score(a, seg_len)
         expect(got.shape == want.shape, f"{what} returned shape {tuple(got.shape)}, expected {tuple(want.shape)}: "
@@ -268,6 +311,7 @@ def check_patch_position(fn: Callable) -> None:
         clean, corrupted = torch.randn(2, 8, 3, 4, generator=g), torch.randn(2, 8, 3, 4, generator=g)
         what = f"patch(clean, corrupted, head={head}, position={position})"
         got = call(fn, clean, corrupted, head, position, what=what)
+        expect(got is not None, NONE)
         expect(isinstance(got, Tensor) and got.shape == corrupted.shape,
                f"{what} must return a tensor shaped like corrupted {tuple(corrupted.shape)}")
         want = corrupted.clone()
