@@ -256,7 +256,7 @@ for s in scales:
 for name, errs in errors.items():
     print(f"{name:34s}", [f"{e:.0e}" for e in errs])
 
-# %% mystnb={"image": {"alt": "Line chart of the log relative error of three layer-norm slips as the input's standard deviation shrinks from 1 to 0.001: epsilon outside the square root goes from negligible to the largest error, while the unbiased variance stays level, worse for d_model = 8 than for 512."}}
+# %% mystnb={"image": {"alt": "Line chart of the log relative error of three layer-norm slips as the input's standard deviation shrinks from 1 to 0.001: epsilon outside the square root goes from negligible to the largest error, while the unbiased variance stays level until the variance nears epsilon and then falls, higher for d_model = 8 than for 512."}}
 viz.plot_lines({k: [math.log10(max(e, 1e-12)) for e in v] for k, v in errors.items()},
                x=[-math.log10(s) for s in scales], title="Relative error of each slip as the input's variance shrinks",
                xlabel="-log10(std of the input): 0 is std 1, 3 is std 0.001",
