@@ -670,9 +670,10 @@ fig
 #   printed above (plain cross-entropy; the training and validation losses of the training cell include label
 #   smoothing, which keeps them far higher even for a good model). Removing any one of them raises the test loss
 #   by a fraction of itself, nowhere near the level of an untrained model: each head aligns, and none is needed
-#   alone, because its neighbours align too. (Voita et al. pruned only the encoder's self-attention heads.
-#   Michel et al. found encoder-decoder attention *more* dependent on having several heads than self-attention,
-#   but by pruning many heads at once; removing one head at a time, as here, does not test that.)
+#   alone, because its neighbours align too. (Voita et al. and Michel et al. pruned the decoder's self-attention
+#   and encoder-decoder attention heads as well as the encoder's, and Michel et al. found encoder-decoder attention
+#   *more* dependent on having several heads than self-attention, but by pruning many heads at once; removing one
+#   head at a time, as here, does not test that.)
 # - **One score sees one pattern.** In the copying model, the previous-token head named above (in layer 0) is the
 #   costliest to remove, yet its prefix-matching score is as low as that of heads that do nothing: its job is
 #   another pattern, which this attention score was not built to see. A ranking by one attention score would
