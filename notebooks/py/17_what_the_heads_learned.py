@@ -582,10 +582,12 @@ viz.show_alignment(rows, sample.sure, sample.possible, x_tokens=list(sample.en_t
 # Both parts measured two things about the same heads: what the attention points at (a score read off the maps)
 # and what happens when the head is removed (an intervention). If attention explained the model's behaviour, the
 # two would rank the heads alike. Whether attention explains a model is debated. The first two papers below
-# compared attention over *input tokens*, not heads, with other measures of each token's importance. Of the last
-# two, Michel et al. removed heads without asking where they attend, while Voita et al. came closest to this
-# chapter's question: they named encoder heads by where they attend and found those heads among the most
-# important. Here every head is ranked both ways, and the two rankings are compared with one number.
+# studied attention over *input tokens*, not heads: Jain & Wallace compared it with other measures of each
+# token's importance, and Wiegreffe & Pinter tested what it carries (against uniform weights, the spread over
+# random seeds, a diagnostic model and adversarial weights). Of the last two, Michel et al. removed heads without
+# asking where they attend, while Voita et al. came closest to this chapter's question: they named encoder heads
+# by where they attend and found those heads among the most important. Here every head is ranked both ways, and
+# the two rankings are compared with one number.
 #
 # - Jain & Wallace (2019), *Attention is not Explanation*, found that the attention weights of recurrent models
 #   for text classification, question answering and inference often disagree with gradient and leave-one-out
