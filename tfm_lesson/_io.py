@@ -7,7 +7,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Iterator
 
-__all__ = ["atomic_open", "PACKAGE", "inside_package", "check_writable_file"]
+__all__ = ["atomic_open", "PACKAGE", "inside_package", "check_writable_file", "cannot_write_in"]
 
 PACKAGE = Path(__file__).resolve().parent  # the installed tfm_lesson: its data is shipped, never a default output
 
@@ -64,10 +64,19 @@ def check_writable_file(path: str | os.PathLike, overwrite: bool = False) -> Pat
         raise ValueError(f"{path} is a folder; give a file name")
     if path.exists() and not overwrite:
         raise ValueError(f"{path} already exists: pass --overwrite to replace it, or choose another --out")
+    why = cannot_write_in(path.parent)
+    if why:
+        raise ValueError(f"{path}: cannot write there ({why})")
+    return path
+
+
+def cannot_write_in(folder: str | os.PathLike) -> str | None:
+    """Why no file can be written in ``folder`` (made if missing), or None when one can: a test file is written
+    there and removed."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".write-test-"):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
             pass
     except OSError as err:
-        raise ValueError(f"{path}: cannot write there ({err.strerror or err})") from None
-    return path
+        return str(err.strerror or err)
+    return None

@@ -8,12 +8,11 @@ import csv
 import io
 import os
 import re
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._io import atomic_open, check_writable_file, inside_package
+from .._io import atomic_open, cannot_write_in, check_writable_file, inside_package
 from .cells import CourseError
 from .exercises import Exercise
 
@@ -226,12 +225,9 @@ def _check_feedback(folder: Path, csv_path: Path, chapter: Path, submissions: li
     if inside_package(folder):
         raise CourseError(f"--feedback {folder} is inside the tfm_lesson package, whose files are shipped: write "
                           "elsewhere")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise CourseError(f"--feedback {folder}: cannot write there ({exc.strerror or exc})") from None
+    why = cannot_write_in(folder)
+    if why:
+        raise CourseError(f"--feedback {folder}: cannot write there ({why})")
 
 
 def check_outputs(csv_path: Path, feedback: Path | None, chapter: Path, submissions: list[Path],

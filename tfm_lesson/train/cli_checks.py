@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from .._io import inside_package
+from .._io import cannot_write_in, inside_package
 
 
 # ------------------------------------------------------------------------------------------ checking flags
@@ -123,12 +122,9 @@ def check_out(out: Path, resume: Path | None, overwrite: bool, p: argparse.Argum
         if not continuing:
             p.error(f"--out {out} already holds a run ({target}). Continue it with --resume {target}, choose "
                     "another --out, or replace it with --overwrite")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
-    except OSError as err:
-        p.error(f"--out {out}: cannot write there ({err.strerror or err})")
+    why = cannot_write_in(out)
+    if why:
+        p.error(f"--out {out}: cannot write there ({why})")
     return target
 
 
