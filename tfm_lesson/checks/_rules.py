@@ -237,9 +237,10 @@ def _resolve(fn: types.FunctionType, name: str) -> Any:
     return fn.__globals__.get(name)
 
 
-def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> None:
+def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str, owner: str = "the package's") -> None:
     """The learner's code may not use any of ``objects`` (label -> object) under any name: imported as another name,
-    held in a closure or a default argument, or wrapped in ``functools.partial``. The answer itself may not be one."""
+    held in a closure or a default argument, or wrapped in ``functools.partial``. The answer itself may not be one.
+    ``owner`` names whose they are in the message ("the package's", "PyTorch's")."""
     targets = {id(o): label for label, o in objects.items()}
 
     def label_of(value: Any) -> str | None:
@@ -251,22 +252,22 @@ def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> No
     found = _where_static(obj)
     if found is not None:
         if found is not True:
-            _objects_static(found[0], found[1], label_of, what, why)
+            _objects_static(found[0], found[1], label_of, what, why, owner)
         return
     used = label_of(obj)
     if used:
-        raise Mistake(f"WRITE IT YOURSELF: your {what} is the package's `{used}`. {why}")
+        raise Mistake(f"WRITE IT YOURSELF: your {what} is {owner} `{used}`. {why}")
     for fn, tree in learner_code(obj):
         for value in (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()):
             used = label_of(value)
             if used:
-                raise Mistake(f"WRITE IT YOURSELF: your {what} takes the package's `{used}` as a default argument "
+                raise Mistake(f"WRITE IT YOURSELF: your {what} takes {owner} `{used}` as a default argument "
                               f"in `{fn.__qualname__}`. {why}")
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 used = label_of(_resolve(fn, node.id))
                 if used:
-                    raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{node.id}`) in "
+                    raise Mistake(f"WRITE IT YOURSELF: your {what} uses {owner} `{used}` (as `{node.id}`) in "
                                   f"{_where(fn, node)}. {why}")
         if tree.body:  # what the function imports for itself (`from tfm_lesson.flash import flash_attention as fa`)
             local = Source(ast.unparse(tree))
@@ -274,7 +275,7 @@ def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> No
                 if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
                     used = label_of(local.resolve(node))
                     if used:
-                        raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as "
+                        raise Mistake(f"WRITE IT YOURSELF: your {what} uses {owner} `{used}` (as "
                                       f"`{ast.unparse(node)}`) in {_where(fn, node)}. {why}")
         names = (*code_names(fn), *fn.__code__.co_freevars)
         modules = [m for m in (_resolve(fn, n) for n in names) if isinstance(m, types.ModuleType)]
@@ -282,23 +283,23 @@ def forbid_objects(obj: Any, objects: dict[str, Any], what: str, why: str) -> No
             used = label_of(_resolve(fn, name)) or next(
                 (label for label in (label_of(getattr(m, name, None)) for m in modules) if label), None)
             if used:
-                raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{name}`) in "
+                raise Mistake(f"WRITE IT YOURSELF: your {what} uses {owner} `{used}` (as `{name}`) in "
                               f"`{fn.__qualname__}`. {why}")
 
 
-def _objects_static(src: Source, name: str, label_of: Any, what: str, why: str) -> None:
+def _objects_static(src: Source, name: str, label_of: Any, what: str, why: str, owner: str) -> None:
     """:func:`forbid_objects` on the extracted code: the answer's binding, its functions' defaults and every name or
     attribute they use, resolved through the imports and assignments of the code."""
     used = label_of(src.resolve(ast.Name(id=name, ctx=ast.Load())))
     if used:
-        raise Mistake(f"WRITE IT YOURSELF: your {what} is the package's `{used}`. {why}")
+        raise Mistake(f"WRITE IT YOURSELF: your {what} is {owner} `{used}`. {why}")
     for qualname, tree in src.functions(name):
         for node in ast.walk(tree):
             if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
                 used = label_of(src.resolve(node))
                 if used:
                     shown = ast.unparse(node)
-                    raise Mistake(f"WRITE IT YOURSELF: your {what} uses the package's `{used}` (as `{shown}`) in "
+                    raise Mistake(f"WRITE IT YOURSELF: your {what} uses {owner} `{used}` (as `{shown}`) in "
                                   f"{_where(qualname, node)}. {why}")
 
 

@@ -45,14 +45,6 @@ NOT_BLOCKED = ("NOT BLOCKED: on rows of {length} with block_size={block} your fu
                "saw (only the final pass, exp(x - m) / d, touches the whole row)")
 
 
-def _forbid_pytorch(fn: Callable, objects: dict, what: str, why: str) -> None:
-    """:func:`._rules.forbid_objects` for PyTorch's own functions: its message names them as PyTorch's."""
-    try:
-        forbid_objects(fn, objects, what, why)
-    except Mistake as exc:
-        raise Mistake(str(exc).replace("the package's `", "PyTorch's `")) from None
-
-
 def _forbid_package(fn: Callable, what: str) -> None:
     """The package's (or PyTorch's) finished implementation is refused, under any name."""
     from .. import flash as package
@@ -60,16 +52,17 @@ def _forbid_package(fn: Callable, what: str) -> None:
     objects = {name: getattr(package, name) for name in ("flash_attention", "online_softmax", "attention_lse",
                                                          "FlashAttention", "_forward", "_backward")}
     forbid_objects(fn, objects, what, FORBIDDEN_WHY)
-    _forbid_pytorch(fn, {"F.scaled_dot_product_attention": F.scaled_dot_product_attention}, what, FORBIDDEN_WHY)
+    forbid_objects(fn, {"F.scaled_dot_product_attention": F.scaled_dot_product_attention}, what, FORBIDDEN_WHY,
+                   owner="PyTorch's")
     forbid_names(fn, ("flash_attention", "online_softmax", "attention_lse", "FlashAttention",
                       "scaled_dot_product_attention", "logsumexp"), what, FORBIDDEN_WHY)
 
 
 def _forbid_softmax(fn: Callable) -> None:
     """PyTorch's softmax, log_softmax and logsumexp are refused in the online softmax, by name or renamed."""
-    _forbid_pytorch(fn, {"torch.softmax": torch.softmax, "F.softmax": F.softmax, "torch.log_softmax":
+    forbid_objects(fn, {"torch.softmax": torch.softmax, "F.softmax": F.softmax, "torch.log_softmax":
                          torch.log_softmax, "F.log_softmax": F.log_softmax, "torch.logsumexp": torch.logsumexp},
-                    "online softmax", SOFTMAX_WHY)
+                    "online softmax", SOFTMAX_WHY, owner="PyTorch's")
     forbid_names(fn, ("softmax", "log_softmax", "logsumexp", "Softmax", "LogSoftmax"), "online softmax", SOFTMAX_WHY)
 
 
