@@ -141,10 +141,10 @@ def test_induction_score_mistakes_named(bug, match):
 
 @pytest.mark.parametrize("bug, match", [
     (lambda a, n: a[torch.arange(n + 1, 2 * n + 1), torch.arange(n + 1, 2 * n + 1) - n + 1].mean(-1),
-     "you indexed the map's leading axes: attention is \\(2, 3, 9, 9\\).* axis of size 2, not one of the map's 9 "
+     "You indexed the map's leading axes: attention is \\(2, 3, 9, 9\\).* axis of size 2, not one of the map's 9 "
      "positions"),
     (lambda a, n: a[..., torch.arange(n + 1, 2 * n + 2), torch.arange(n + 1, 2 * n + 2) - n + 1].mean(-1),
-     "an index past the end: the map has 1 \\+ 2 seg_len positions"),
+     "An index past the end: the map has 1 \\+ 2 seg_len positions"),
     (lambda a, n: None, "returned None: not written yet, or did you forget a `return`\\?"),
 ])
 def test_induction_score_index_errors_and_stub_named(bug, match):
@@ -221,7 +221,7 @@ def loop_score(a, seg_len, first, stop, key_shift, divide_by=None):
     (lambda a, n: loop_score(a, n, n + 1, 2 * n, 1 - n, divide_by=n), r"queries run t = seg_len \+ 1 \.\. 2 seg_len - 1"
                                                                       r" \(here 5 \.\. 7\); the repeated half"),
     (lambda a, n: loop_score(a, n, n + 1, 2 * n + 1, 1 - n, divide_by=n + 1), "you divided the sum of 4 weights by 5"),
-    (lambda a, n: loop_score(a, n, n + 1, 2 * n + 2, 1 - n), "an index past the end: the map has 1 \\+ 2 seg_len"),
+    (lambda a, n: loop_score(a, n, n + 1, 2 * n + 2, 1 - n), "An index past the end: the map has 1 \\+ 2 seg_len"),
 ])
 def test_induction_score_off_by_one_named(bug, match):
     with pytest.raises(Mistake, match=match) as info:
@@ -276,3 +276,37 @@ def test_aer_of_no_prediction_is_one():
         return 1 - (precision * len(a) + recall * len(s)) / (len(a) + len(s))
     with pytest.raises(Mistake, match="raised ZeroDivisionError: with no predicted link AER is still defined"):
         check_alignment_error_rate(from_precision_and_recall)
+
+
+# slips from a learner's read of chapter 17 -------------------------------------------------------------------------
+def aer_one_minus_f(a, s, p=None):  # 1 - F of precision and recall: AER only when P = S
+    a, s = set(a), set(s)
+    p = s if p is None else set(p)
+    precision, recall = len(a & p) / len(a), len(a & s) / len(s)
+    return 1 - (2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+
+
+def patch_first_sequence(clean, corrupted, head, position):
+    out = corrupted.clone()
+    out[0, position, head] = clean[0, position, head]
+    return out
+
+
+def patch_axes_swapped(clean, corrupted, head, position):
+    out = corrupted.clone()
+    out[:, head, position] = clean[:, head, position]
+    return out
+
+
+@pytest.mark.parametrize("check, bug, match", [
+    (check_alignment_error_rate, aer_one_minus_f, "that is 1 - F, the harmonic mean of precision"),
+    (check_patch_position, patch_first_sequence, "left batch element\\(s\\) \\[1\\] unpatched"),
+    (check_patch_position, patch_axes_swapped, "raised IndexError: .*Head outputs are \\(batch, len, heads, d_k\\)"),
+    (check_induction_score, lambda a, n: a[..., torch.arange(21, 41), torch.arange(2, 22)].mean(-1),
+     "Index 21 is far past this map's 9 positions \\(seg_len = 4\\): build every index from the `seg_len` argument"),
+    (check_induction_score, lambda a, n: a[:, :, torch.arange(n + 1, 2 * n + 1), torch.arange(2, n + 2)].mean(-1),
+     "Your index names more axes than this map has: attention is \\(4, 13, 13\\)"),
+])
+def test_learner_slips_named(check, bug, match):
+    with pytest.raises(Mistake, match=match):
+        check(bug)

@@ -38,11 +38,15 @@ def _aer(a, s, p, bug: str = "") -> float:
         return 1 - (len(a & s) + len(a & p)) / (len(a) + len(p))
     if bug == "possible_only":  # P read as the possible-but-not-sure links only
         return 1 - (len(a & s) + len(a & (p - s))) / (len(a) + len(s))
+    if bug == "f_measure":  # 1 - F of precision |A∩P|/|A| and recall |A∩S|/|S|
+        precision, recall = len(a & p) / len(a), len(a & s) / len(s)
+        return 1 - (2 * precision * recall / (precision + recall) if precision + recall else 0.0)
     if bug == "accuracy":
         return (len(a & s) + len(a & p)) / (len(a) + len(s))
     return 1 - (len(a & s) + len(a & p)) / (len(a) + len(s))
 
 
+_AER_BUGS = ("s_twice", "p_twice", "denominator_p", "accuracy", "possible_only", "f_measure")
 _AER_HINTS = {
     "list": "a link named twice in `predicted` was counted twice: an alignment is a SET of links. Turn the "
             "inputs into sets first (set(predicted)), or refuse repeats; counting over the list rewards a model "
@@ -52,6 +56,8 @@ _AER_HINTS = {
     "p_twice": "you used |A ∩ P| twice: the numerator is |A ∩ S| + |A ∩ P| (recall is measured on the sure links)",
     "denominator_p": "the denominator is |A| + |S| (the sure links), not |A| + |P|",
     "accuracy": "that is 1 - AER: AER is an error rate, 0 for a perfect alignment",
+    "f_measure": "that is 1 - F, the harmonic mean of precision |A ∩ P| / |A| and recall |A ∩ S| / |S|: AER adds "
+                 "the two counts instead, 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|), which equals 1 - F only when P = S",
     "possible_only": "you counted |A ∩ (P − S)|, the possible-but-not-sure links only: P includes S (every sure "
                      "link is also possible), so the numerator is |A ∩ S| + |A ∩ P|",
 }
@@ -72,17 +78,19 @@ def check_alignment_error_rate(fn: Callable) -> None:
     None; inputs are sets of ``(target, source)`` pairs, or lists (a repeated link counted once, or an error)."""
     rng = random.Random(170)
     cells = [(t, s) for t in range(6) for s in range(6)]
+    runs = []  # (what, a, s, p, got) for the 30 random alignments
     for trial in range(30):
         s = set(rng.sample(cells, rng.randint(1, 6)))
         p = s | set(rng.sample(cells, rng.randint(0, 6)))
         a = set(rng.sample(cells, rng.randint(1, 8)))
         what = f"aer({sorted(a)}, {sorted(s)}, {sorted(p)})"
-        got = _as_float(call(fn, set(a), set(s), set(p), what=what), what)
+        runs.append((what, a, s, p, _as_float(call(fn, set(a), set(s), set(p), what=what), what)))
+    wrong = [run for run in runs if abs(run[4] - _aer(*run[1:4])) > TOLERANCE]
+    if wrong:
+        what, a, s, p, got = wrong[0]
         want = _aer(a, s, p)
-        if abs(got - want) <= TOLERANCE:
-            continue
-        for bug in ("s_twice", "p_twice", "denominator_p", "accuracy", "possible_only"):
-            if abs(got - _aer(a, s, p, bug)) <= TOLERANCE:
+        for bug in _AER_BUGS:  # the slip that gives the learner's result on EVERY alignment (one may match by chance)
+            if all(abs(g - _aer(a_, s_, p_, bug)) <= TOLERANCE for _, a_, s_, p_, g in runs):
                 raise Mistake(f"{what} = {got:.7f}, expected {want:.7f}: {_AER_HINTS[bug]}")
         raise Mistake(f"{what} = {got:.7f}, expected {want:.7f} = 1 - (|A∩S| + |A∩P|) / (|A| + |S|)")
     s = {(0, 0), (1, 1), (2, 2)}
@@ -96,7 +104,8 @@ def check_alignment_error_rate(fn: Callable) -> None:
         if abs(got - _aer(a_list, s, s, "list")) <= TOLERANCE:
             raise Mistake(f"aer({a_list}, S, S) = {got:.7f}: {_AER_HINTS['list']}")
         expect(abs(got - _aer(set(a_list), s, s)) <= TOLERANCE,
-               f"aer({a_list}, S, S) = {got:.7f}, expected {_aer(set(a_list), s, s):.7f} (the set of the links)")
+               f"aer({a_list}, S, S) = {got:.7f}, expected {_aer(set(a_list), s, s):.7f} on the set of the links: "
+               "count each link once in every part of the formula, numerator and denominator alike")
     _check_repeated_references(fn)
     _check_empty(fn, s)
     passed("check_alignment_error_rate", "Och & Ney's formula on 30 random alignments, P = S by default, "
@@ -222,15 +231,24 @@ _SCORE_HINTS = {
 
 def _index_hint(exc: Exception, shape: tuple[int, ...]) -> str | None:
     """An index out of bounds on a map of ``shape``: on a leading (batch, head) axis, or past the map's end."""
+    if isinstance(exc, IndexError) and "too many indices" in str(exc):
+        return (f"Your index names more axes than this map has: attention is {tuple(shape)} here, and the checker "
+                "passes maps with any number of leading (batch, head) axes. Index the last two with `...` in "
+                "front: attention[..., t, t - seg_len + 1]")
     if not (isinstance(exc, IndexError) and "out of bounds" in str(exc)):
         return None
     size = re.search(r"with size (\d+)", str(exc))
     if size and int(size.group(1)) != shape[-1] and len(shape) > 2:
-        return (f"you indexed the map's leading axes: attention is {tuple(shape)}, (..., query, key) with batch and "
+        return (f"You indexed the map's leading axes: attention is {tuple(shape)}, (..., query, key) with batch and "
                 f"head axes in front, and your index met an axis of size {size.group(1)}, not one of the map's "
                 f"{shape[-1]} positions. Index the last two axes whatever comes before them: "
                 "attention[..., t, t - seg_len + 1]")
-    return ("an index past the end: the map has 1 + 2 seg_len positions, 0 .. 2 seg_len, and the last query of "
+    index = re.search(r"index (-?\d+)", str(exc))
+    if index and int(index.group(1)) > shape[-1]:  # far past the end: a length typed in, not an off-by-one
+        return (f"Index {index.group(1)} is far past this map's {shape[-1]} positions (seg_len = "
+                f"{(shape[-1] - 1) // 2}): build every index from the `seg_len` argument, never from a length of "
+                "your own (the checker tries several lengths)")
+    return ("An index past the end: the map has 1 + 2 seg_len positions, 0 .. 2 seg_len, and the last query of "
             "the repeat is t = 2 seg_len, torch.arange(seg_len + 1, 2 * seg_len + 1) (the end excluded)")
 
 
@@ -302,15 +320,22 @@ def check_induction_score(fn: Callable) -> None:
 
 
 # patching at a position -----------------------------------------------------------------------------------------------
+def _patch_index_hint(exc: Exception) -> str | None:
+    if isinstance(exc, IndexError):
+        return ("Head outputs are (batch, len, heads, d_k): the position is axis 1 and the head axis 2, so the "
+                "slice is [:, position, head]")
+    return None
+
+
 def check_patch_position(fn: Callable) -> None:
-    """``fn(clean, corrupted, head, position)`` (the order of :func:`tfm_lesson.patch_head`: clean run first) with
-    ``(batch, len, heads, d_k)`` head outputs: a NEW tensor equal to ``corrupted`` except ``[:, position, head]``,
+    """``fn(clean, corrupted, head, position)`` (the order of :func:`tfm_lesson.look.interpret.patch_head`: clean
+    run first) with ``(batch, len, heads, d_k)`` head outputs: a NEW tensor equal to ``corrupted`` except ``[:, position, head]``,
     which comes from ``clean``; the inputs are left unchanged (the harness names an input changed in place)."""
     g = torch.Generator().manual_seed(172)
     for head, position in ((1, 5), (0, 2), (2, 7)):
         clean, corrupted = torch.randn(2, 8, 3, 4, generator=g), torch.randn(2, 8, 3, 4, generator=g)
         what = f"patch(clean, corrupted, head={head}, position={position})"
-        got = call(fn, clean, corrupted, head, position, what=what)
+        got = call(fn, clean, corrupted, head, position, what=what, explain=_patch_index_hint)
         expect(got is not None, NONE)
         expect(isinstance(got, Tensor) and got.shape == corrupted.shape,
                f"{what} must return a tensor shaped like corrupted {tuple(corrupted.shape)}")
@@ -338,5 +363,9 @@ def check_patch_position(fn: Callable) -> None:
                           "like [:, position, head], not [:, :, head] or [:, position:])")
         if heads != [head]:
             raise Mistake(f"{what} changed head(s) {heads}: patch only head {head} (index the heads axis, dim 2)")
+        untouched = [b for b in range(got.size(0)) if torch.equal(got[b], corrupted[b])]
+        if untouched:
+            raise Mistake(f"{what} left batch element(s) {untouched} unpatched: patch every sequence of the batch "
+                          f"(`:` on the first axis, [:, {position}, {head}])")
         raise Mistake(f"{what}: the patched values are not clean[:, {position}, {head}]")
     passed("check_patch_position", "one head at one query position copied from the clean run, inputs untouched")

@@ -14,7 +14,8 @@ QUESTIONS = [
         feedback=[
             "Counting over a list rewards repeating the links you are sure of and lets |A ∩ S| exceed |S|: the "
             "formula is written for sets.",
-            "Right: A, S and P are sets. The package refuses a list that repeats a link rather than guess.",
+            "Right: A, S and P are sets. Counting the link once, or refusing a list that repeats one (the package's "
+            "alignment_error_rate refuses), keeps |A ∩ S| at most |S|.",
             "A repeated link is one link named twice; it is neither right twice nor wrong.",
         ],
     ),
@@ -39,8 +40,8 @@ QUESTIONS = [
         ],
     ),
     Question(
-        prompt="You measure an induction head's score on the first half of a repeated-token sequence and get "
-               "almost 0. What does that say?",
+        prompt="You average an induction head's attention over the queries of the first half of a repeated-token "
+               "sequence (not the repeated half) and get almost 0. What does that say?",
         options=[
             "That the head is not an induction head, which attends to the token after the earlier copy at every "
             "position.",
@@ -53,7 +54,7 @@ QUESTIONS = [
         feedback=[
             "The same head may score near 1 on the repeated half; the first half cannot show it either way.",
             "Right: the score is measured on the queries of the repeated half, each looking one token after the "
-            "planned earlier copy of its own token; in the random first half a token repeats only by chance.",
+            "earlier copy the sequence was built with; in the random first half a token repeats only by chance.",
             "Training does not plant copies in the first half: even a perfect induction head finds only the "
             "repeats that chance put there.",
         ],
@@ -103,8 +104,8 @@ QUESTIONS = [
             "model computes.",
             "Attention says where a head reads; intervention says what the model needs. They answer different "
             "questions, so an attention map alone is not an explanation.",
-            "Ablation is broken, since it disagrees with the maps: zeroing a head also shifts the other heads' inputs, "
-            "so the damage is not the head's own.",
+            "Ablation is broken, since it disagrees with the maps: replacing a head's output by its mean also shifts the "
+            "other heads' inputs, so the damage is not the head's own.",
         ],
         answer=1,
         feedback=[
