@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--timeout", type=int, default=600)
     st = sub.add_parser("student", help="write student copies (solutions replaced by stubs)")
     st.add_argument("notebooks", nargs="*", type=Path, help="chapters (default: every chapter in notebooks/)")
-    st.add_argument("--out", type=Path, default=Path("student"))
+    st.add_argument("--out", type=Path, default=Path("student"),
+                    help="folder for the copies (default %(default)s/); its name is also the folder each copy's Colab "
+                         "badge opens in the repository, so publish the copies under that name")
     st.add_argument("--force", action="store_true", help="overwrite earlier student copies even if changed")
     st.add_argument("--repository", help=f"OWNER/NAME on GitHub the copies install from and link to "
                                          f"(default {REPOSITORY})")
