@@ -6,7 +6,8 @@
 - :func:`flash_attention`: ``softmax(Q K^T / sqrt(d_k)) V`` over blocks of queries and keys (Dao et al., 2022):
   no ``(q_len, k_len)`` matrix is ever formed, only one ``(block, block)`` tile of scores at a time, and per query
   a running maximum ``m``, a running sum ``l`` and an output accumulator. Its backward pass (:class:`FlashAttention`)
-  keeps only the output and the log-sum-exp of each query's scores, and recomputes each tile of probabilities.
+  keeps, besides Q, K and V, only the output and the log-sum-exp of each query's scores, and recomputes each
+  tile of probabilities.
 
 The numbers are those of :func:`tfm_lesson.attention.scaled_dot_product_attention` (tests prove it): masks are
 boolean, True = may attend, and a query that may see no key gets the output 0, never NaN.

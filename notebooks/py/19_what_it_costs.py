@@ -157,7 +157,8 @@ print(f"{platform.processor() or platform.machine()}, torch {torch.__version__},
 # gradient, two moments), plus the activations: for each token and layer, a few vectors of width $d$ and two of
 # width $d_\text{ff}$, so activations grow like
 # $\text{batch} \times n_\text{ctx} \times n_\text{layer}\,(m\,d + 2 d_\text{ff})$, with $m$ a small count of
-# vectors.
+# vectors. That holds with a fused attention kernel, as this chapter's GPT uses; the explicit path also keeps
+# each layer's attention weights for the backward pass, another $\text{batch} \times h \times n_\text{ctx}^2$ per layer.
 #
 # **MFU**, model FLOPs utilisation (Chowdhery et al., 2022, appendix B): $\text{MFU} = \dfrac{C_\text{train}
 # \times \text{tokens per step} / \text{seconds per step}}{\text{peak FLOP/s}}$. PaLM's peak is the hardware's
@@ -420,8 +421,9 @@ print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10, max
 # Chapter 14 trained with Adam, no weight decay, a warm-up and a cosine decay. Language models are usually trained
 # with **AdamW** (Loshchilov & Hutter, 2019): the weight decay is applied to the weights directly,
 # $w \leftarrow w - \eta\,(\text{Adam's step} + \lambda w)$, not added to the gradient where Adam would rescale
-# it. Decay pulls weights towards zero; that suits the weight matrices, not the norms' gains and shifts (a gain
-# pulled to zero switches a feature off), and not the biases. The embeddings are a matter of choice: many
+# it. Decay pulls weights towards zero; that suits the weight matrices. The norms' gains and shifts and the
+# biases are usually left out (nanoGPT, for one, decays only tensors of two or more dimensions): decay would pull
+# a gain towards zero, against the scale the loss asks for. The embeddings are a matter of choice: many
 # recipes decay every matrix, embeddings included (nanoGPT decays every tensor of two or more dimensions);
 # this course, like many others, leaves them out, so that the rows of rare tokens are not pulled to zero
 # between their few gradients. `tfm_lesson.train.lm_recipe.parameter_groups` splits them:

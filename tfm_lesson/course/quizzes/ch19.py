@@ -84,8 +84,8 @@ QUESTIONS = [
             "feature down, against what the loss wants.",
             "A gain or a bias is d_model numbers that cannot memorise much; decay is there to keep the large weight "
             "matrices from growing, which is why they alone are decayed.",
-            "Right: decay is a pull towards zero, reasonable for weight matrices, harmful for a gain (zero switches "
-            "a feature off) and for rare tokens' embedding rows, which get few gradients to pull back.",
+            "Right: decay is a pull towards zero, meant for weight matrices; on a gain it pulls against the scale the "
+            "loss asks for, and on rare tokens' embedding rows it works between their few gradients.",
         ],
     ),
     Question(
