@@ -53,6 +53,7 @@ from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Ke
                              check_kernel, kernel_spec)
 from .grading_report import (GradeBook, Graded, Result, check_outputs, feedback_page, page_names, write_csv,
                              write_page)
+from .sandbox_limits import Limits, ScratchDisk, describe
 from .submission import MAX_BYTES, answers, read_submission
 from .verdicts import chapter_checkers, check_call, check_cell, seeded, verdict
 
@@ -215,9 +216,11 @@ def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int,
         if ex is not None and ex.number in outcome.broken:
             continue
         try:
-            cell = kernel.run(source)
+            cell, reason = kernel.run(source), None
         except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:
             reason = _failure(kind, isinstance(exc, CellTimeoutError), timeout, memory_mb)
+        reason = kernel.over_limit() or reason  # a cap on the whole submission hit: its kernel is killed
+        if reason is not None:
             if ex is None:  # the chapter itself failed: nothing after it can be trusted
                 for r in outcome.results.values():
                     if not r.message:
@@ -239,9 +242,9 @@ def _all_zero(name: str, exs: list[Exercise], reason: str, notes: list[str] | No
 
 def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int, memory_mb: int,
               name: str | None = None, sandbox: bool = False, whole: KernelGroup | None = None,
-              checking: Checking | None = None) -> Graded:
+              checking: Checking | None = None, limits: Limits | None = None) -> Graded:
     """Grade one submission; never raises for anything the submission does. ``whole``: the class it belongs to,
-    which can stop its kernel (Ctrl-C)."""
+    which can stop its kernel (Ctrl-C); ``limits``: the caps on the whole submission (:mod:`.sandbox_limits`)."""
     import nbclient.exceptions  # noqa: F401  (the grader's own dependency: missing, it raises here, not as a score)
 
     name = name or str(path)
@@ -252,6 +255,7 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         return _all_zero(name, exs, f"not graded: {exc}")
     found, notes = answers(student, chapter, exs)
     work = tempfile.mkdtemp(prefix="tfm-grade-")
+    disk = ScratchDisk.mount(Path(work), limits.disk_mb) if limits is not None and sandbox else None
     try:
         scratch = Path(work) / "scratch"  # the kernel's working folder (the sandbox shows it at the same path)
         scratch.mkdir()
@@ -262,10 +266,12 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         for ex in exs:
             if found[ex.number] is None:
                 outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
-        kernel = (whole.kernel if whole is not None else Kernel)(kernel_dir, Path(work), timeout, sandbox=sandbox)
+        kernel = (whole.kernel if whole is not None else Kernel)(kernel_dir, Path(work), timeout, sandbox=sandbox,
+                                                                 limits=limits, disk=disk)
         try:
             kernel.start()
         except Exception as exc:
+            kernel.stop()
             return _all_zero(name, exs, f"not graded: the kernel did not start ({type(exc).__name__}: {exc})",
                              notes)
         try:
@@ -277,6 +283,8 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         finally:
             kernel.stop()
     finally:
+        if disk is not None:
+            disk.close()
         _remove(work)
     return Graded(name, outcome.final(), notes, time.perf_counter() - start)
 
@@ -347,10 +355,12 @@ def _sandbox_or_say(sandbox: bool) -> None:
 
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
-          sandbox: bool = True, resume: bool = False, seed: int | None = None) -> list[Graded]:
+          sandbox: bool = True, resume: bool = False, seed: int | None = None,
+          limits: Limits | None = Limits()) -> list[Graded]:
     """Grade every submission against ``chapter_path`` (with ``resume``, those not yet in ``csv_path``); each one's
     rows go into the CSV (and its feedback page is written) as soon as it is graded, so an interruption keeps them.
-    Each submission's kernel runs in the sandbox (:mod:`tfm_lesson.course.sandbox`) unless ``sandbox`` is False.
+    Each submission's kernel runs in the sandbox (:mod:`tfm_lesson.course.sandbox`) unless ``sandbox`` is False,
+    under ``limits`` (:mod:`tfm_lesson.course.sandbox_limits`; None: no cap on the whole submission)
     CourseError for an instructor's mistake (a chapter without solutions, a missing path, an output that would
     overwrite something or cannot be written, a kernel that cannot start under ``memory_mb``, no sandbox to be had),
     before any submission runs."""
@@ -375,6 +385,8 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     todo = [p for p in files if str(p) not in done and p.resolve() not in done_paths]
     pages = page_names([str(p) for p in files])
     _sandbox_or_say(sandbox)
+    if limits is not None:
+        print(describe(limits, sandbox), flush=True)
     if resume:
         print(f"--resume: {len(files) - len(todo)} submission(s) already in {csv_path}, {len(todo)} to grade",
               flush=True)
@@ -386,12 +398,12 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     try:
         kernel_spec(kernel_dir, memory_mb, timeout)
         if todo:
-            check_kernel(kernel_dir, timeout, memory_mb, sandbox)
+            check_kernel(kernel_dir, timeout, memory_mb, sandbox, limits)
 
         def one(path: Path, whole: KernelGroup) -> None:
             try:
                 g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox, whole=whole,
-                              checking=checking)
+                              checking=checking, limits=limits)
             except Exception as exc:  # the grader's own failure on this file: 0 with the reason, the class goes on
                 g = _all_zero(str(path), exs, f"not graded: the grader failed on this file ({type(exc).__name__})")
             if whole.stopped.is_set():

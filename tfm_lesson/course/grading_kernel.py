@@ -88,21 +88,31 @@ class Kernel:
     the kernel runs inside :mod:`tfm_lesson.course.sandbox` (its scratch folder and the folder of its connection's
     sockets are under ``workdir``; it talks over Unix sockets, since it has no network)."""
 
-    def __init__(self, kernel_dir: Path, workdir: Path, timeout: int, sandbox: bool = False):
+    def __init__(self, kernel_dir: Path, workdir: Path, timeout: int, sandbox: bool = False,
+                 limits: Any = None, disk: Any = None):
         self.kernel_dir, self.workdir, self.timeout, self.sandbox = kernel_dir, workdir, timeout, sandbox
+        self.limits, self.disk = limits, disk  # sandbox_limits.Limits and ScratchDisk: caps on the whole submission
         self.client: Any = None
         self.context: Any = None
+        self.guard: Any = None
 
-    def _sandboxed_spec(self) -> Path:
-        """A copy of the kernel spec whose command runs in the sandbox; returns the folder that holds it."""
-        from .sandbox import sandbox_command
-
+    def _own_spec(self) -> Path:
+        """A copy of the kernel spec whose command runs in the sandbox and the cgroups of ``self.guard``; returns
+        the folder that holds it."""
         spec = json.loads((self.kernel_dir / "tfm-grade" / "kernel.json").read_text())
-        scratch, sockets = self.workdir / "scratch", self.workdir / "sockets"
-        for folder in (scratch, sockets):
-            folder.mkdir(parents=True, exist_ok=True)
-        spec["argv"] = sandbox_command(spec["argv"], scratch=scratch, shared=[sockets], env=spec.get("env", {}))
-        spec["env"] = {}
+        argv = spec["argv"]
+        if self.sandbox:
+            from .sandbox import sandbox_command
+
+            scratch, sockets = self.workdir / "scratch", self.workdir / "sockets"
+            for folder in (scratch, sockets):
+                folder.mkdir(parents=True, exist_ok=True)
+            if self.limits is not None:  # the sandbox's own rlimits (the kernel's flags come before its -f)
+                argv = [*argv[:-2], "--processes", str(self.limits.processes), "--file-mb",
+                        str(self.limits.disk_mb), *argv[-2:]]
+            argv = sandbox_command(argv, scratch=scratch, shared=[sockets], env=spec.get("env", {}))
+            spec["env"] = {}
+        spec["argv"] = self.guard.wrap(argv) if self.guard is not None else argv
         out = self.workdir / "spec"
         (out / "tfm-grade").mkdir(parents=True, exist_ok=True)
         (out / "tfm-grade" / "kernel.json").write_text(json.dumps(spec))
@@ -112,7 +122,13 @@ class Kernel:
         import nbformat
         from jupyter_client import AsyncKernelManager
         from jupyter_client.kernelspec import KernelSpecManager
-        spec_dir = self._sandboxed_spec() if self.sandbox else self.kernel_dir
+        if self.limits is not None:
+            from .sandbox_limits import Guard
+
+            if self.disk is not None and self.sandbox and self.disk.hit(self.limits):  # a restart after --disk
+                self.disk.clear(self.workdir / "scratch")
+            self.guard = Guard(self.limits, self.disk if self.sandbox else None)
+        spec_dir = self._own_spec() if self.sandbox or self.guard is not None else self.kernel_dir
         km = AsyncKernelManager(kernel_name="tfm-grade", kernel_spec_manager=KernelSpecManager(
             kernel_dirs=[str(spec_dir)], ensure_native_kernel=False))
         if self.sandbox:  # Unix sockets in a folder both sides see
@@ -124,7 +140,18 @@ class Kernel:
                                      resources={"metadata": {"path": str(self.workdir)}})
         # the kernel process's own warnings and connection notice: what the code prints comes over the connection
         self.context = self.client.setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.context.__enter__()
+        try:
+            self.context.__enter__()
+        except BaseException:
+            if self.guard is not None:  # its cgroups go with the kernel that did not start
+                self.guard.stop()
+            raise
+        if self.guard is not None:
+            self.guard.start(getattr(getattr(km, "provisioner", None), "pid", None))
+
+    def over_limit(self) -> str | None:
+        """Why the kernel was killed for a cap on the whole submission (processes, memory in all, disk), else None."""
+        return self.guard.reason() if self.guard is not None else None
 
     def stop(self) -> None:
         if self.context is not None:
@@ -139,7 +166,9 @@ class Kernel:
                     run_sync(self.client.km.shutdown_kernel)(now=True)
             except Exception:
                 pass
-        self.client = self.context = None
+        if self.guard is not None:
+            self.guard.stop()
+        self.client = self.context = self.guard = None
 
     def run(self, source: str) -> Any:
         """Run one cell; returns it with its outputs (at most :data:`MAX_CELL_OUTPUT` of them, then the end of what
@@ -176,10 +205,10 @@ def kernel_spec(directory: Path, memory_mb: int, timeout: int) -> None:
 
 
 # before the class, and stopping it ----------------------------------------------------------------------------------
-def _probe(kernel_dir: Path, timeout: int, sandbox: bool) -> str | None:
+def _probe(kernel_dir: Path, timeout: int, sandbox: bool, limits: Any = None) -> str | None:
     """Why a kernel of ``kernel_dir``'s spec cannot start and import torch and the checkers; None when it can."""
     with tempfile.TemporaryDirectory(prefix="tfm-grade-probe-") as work:
-        kernel = Kernel(kernel_dir, Path(work), timeout, sandbox=sandbox)
+        kernel = Kernel(kernel_dir, Path(work), timeout, sandbox=sandbox, limits=limits)
         try:
             kernel.start()
             return cell_error(kernel.run("import torch, tfm_lesson.checks"))
@@ -189,12 +218,16 @@ def _probe(kernel_dir: Path, timeout: int, sandbox: bool) -> str | None:
             kernel.stop()
 
 
-def check_kernel(kernel_dir: Path, timeout: int, memory_mb: int, sandbox: bool) -> None:
+def check_kernel(kernel_dir: Path, timeout: int, memory_mb: int, sandbox: bool, limits: Any = None) -> None:
     """Start one kernel before the class, as each submission's will be: CourseError naming ``--memory`` when it cannot
     start under that limit (and can without), or saying why it cannot start at all. Nothing is graded then."""
-    why = _probe(kernel_dir, timeout, sandbox)
+    why = _probe(kernel_dir, timeout, sandbox, limits)
     if why is None:
         return
+    if limits is not None and _probe(kernel_dir, timeout, sandbox) is None:
+        raise CourseError(f"--processes {limits.processes} / --memory-total {limits.memory_mb} / --disk "
+                          f"{limits.disk_mb}: the grading kernel cannot start and import torch under these caps "
+                          f"({why}); give it more, or 0 for no cap. Nothing was graded")
     if memory_mb > 0:
         with tempfile.TemporaryDirectory(prefix="tfm-grade-nolimit-") as unlimited:
             kernel_spec(Path(unlimited), 0, timeout)
