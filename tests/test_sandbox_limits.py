@@ -1,0 +1,141 @@
+"""Caps on a whole submission (tfm_lesson/course/sandbox_limits.py): a fork bomb, many processes each under the
+per-process memory limit but over the total, and a disk filler each cost their own exercise, with the reason, while
+a classmate graded beside them keeps full marks; nothing they started outlives the run, and no cgroup or mount is
+left behind."""
+from __future__ import annotations
+
+import copy
+import csv
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from tfm_lesson.course import copy_chapter_answers
+from tfm_lesson.course.grading import exercises
+from tfm_lesson.course.sandbox_limits import Cgroups, Guard, Limits, ScratchDisk, _own_cgroups
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
+MARK = f"tfm-limits-test-{secrets.token_hex(4)}"  # in the command line of every process the hostile cells start
+
+_probe = Guard(Limits())
+_probe.stop()
+HAVE_CGROUPS = _probe.cgroups is not None
+needs_cgroups = pytest.mark.skipif(not HAVE_CGROUPS, reason=f"no cgroup can be made here ({_probe.why_not})")
+
+BOMB = f"""\
+import subprocess, sys, time
+bomb = "import os\\nwhile True:\\n    try:\\n        os.fork()\\n    except OSError:\\n        pass\\n"
+subprocess.Popen([sys.executable, "-c", bomb, "{MARK}"])
+time.sleep(60)
+"""
+HOGS = f"""\
+import subprocess, sys, time
+hog = "import time\\nb = b'x' * (200 * 2**20)\\ntime.sleep(60)\\n"  # 200 MB each, far under --memory
+hogs = [subprocess.Popen([sys.executable, "-c", hog, "{MARK}"]) for _ in range(8)]
+time.sleep(60)
+"""
+FILLER = """\
+k = 0
+while True:
+    with open(f"filler-{k}.bin", "wb") as f:
+        f.write(b"0" * 2**20)
+    k += 1
+"""
+
+
+CHAPTER_NB = nbformat.read(CHAPTER, as_version=4)
+
+
+def _with(nb, number: int, source: str):
+    """``nb`` with ``source`` in exercise ``number``'s "your turn" cell (the chapter's solution cell stays)."""
+    out = copy.deepcopy(nb)
+    out["cells"][exercises(CHAPTER_NB)[number - 1].answer_index]["source"] = source
+    return nbformat.from_dict(out)
+
+
+def _marked() -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if MARK in " ".join(proc.info["cmdline"] or []):
+            found.append(proc.pid)
+    return found
+
+
+@pytest.mark.slow
+@needs_cgroups
+def test_a_submission_over_its_caps_loses_that_exercise_and_nobody_else_does(tmp_path):
+    right = copy_chapter_answers(CHAPTER_NB)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    nbformat.write(nbformat.from_dict(right), subs / "victim.ipynb")
+    nbformat.write(_with(right, 1, BOMB), subs / "fork_bomb.ipynb")
+    nbformat.write(_with(right, 2, HOGS), subs / "hogs.ipynb")
+    nbformat.write(_with(right, 3, FILLER), subs / "filler.ipynb")
+    grader = subprocess.Popen(
+        [sys.executable, "-m", "tfm_lesson.course", "grade", str(CHAPTER), str(subs), "--csv", str(tmp_path / "g.csv"),
+         "--feedback", str(tmp_path / "feedback"), "--timeout", "90", "--jobs", "2", "--processes", "64",
+         "--memory-total", "1024", "--disk", "64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    out, err = grader.communicate(timeout=900)
+    assert grader.returncode == 0, err
+    assert "64 processes and threads (cgroup)" in out and "1024 MB of memory in all (cgroup)" in out
+    with open(tmp_path / "g.csv", newline="") as f:
+        table = {(Path(r["submission"]).stem, int(r["exercise"].split()[1].rstrip(":"))): r for r in csv.DictReader(f)}
+    assert [table[("victim", n)]["points"] for n in (1, 2, 3)] == ["3", "3", "3"]
+    hit = {"fork_bomb": (1, "started more than 64 processes"), "hogs": (2, "used more than 1024 MB of memory in all"),
+           "filler": (3, "wrote more than 64 MB of files")}
+    for name, (number, reason) in hit.items():
+        assert table[(name, number)]["points"] == "0" and reason in table[(name, number)]["message"], table[(name, number)]
+        others = [table[(name, n)]["points"] for n in (1, 2, 3) if n != number]
+        assert others == ["3", "3"], (name, others, [table[(name, n)]["message"] for n in (1, 2, 3)])
+        page = next(p for p in (tmp_path / "feedback").iterdir() if name in p.name).read_text()
+        assert reason in page
+    time.sleep(1)
+    assert _marked() == [], "a process a submission started outlived its grade"
+    for folder in (_own_cgroups() or ("", {}))[1].values():
+        left = [p.name for p in folder.iterdir() if p.name.startswith(f"tfm-grade-{grader.pid}-")]
+        assert left == [], f"cgroups left behind in {folder}"
+    assert "tfm-grade" not in Path("/proc/mounts").read_text()
+
+
+@needs_cgroups
+def test_the_cgroups_of_one_kernel_cap_its_processes_and_go_away(tmp_path):
+    """The pieces alone: a command started through :meth:`Cgroups.wrap` is in them, cannot fork past the cap, and
+    the hit is told; :meth:`Cgroups.remove` leaves nothing."""
+    group = Cgroups.make(Limits(processes=10, memory_mb=256, disk_mb=0))
+    try:
+        code = ("import os, time\nn = 0\ntry:\n    for _ in range(50):\n        if os.fork() == 0:\n"
+                "            time.sleep(30)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+        done = subprocess.run(group.wrap([sys.executable, "-c", code, MARK]), capture_output=True, text=True,
+                              timeout=60)
+        assert int(done.stdout) < 10, done.stdout
+        assert group.pids() and "more than 10 processes" in group.hit()
+    finally:
+        group.remove()
+    assert not any(folder.exists() for folder in group.folders.values())
+    assert _marked() == []
+
+
+def test_caps_below_zero_are_refused():
+    with pytest.raises(ValueError, match="processes must be >= 0"):
+        Limits(processes=-1)
+
+
+def test_a_disk_without_a_mount_is_summed(tmp_path):
+    """Where the grader may not mount (not root), the folder's files are summed: the cap is told once they reach it."""
+    disk = ScratchDisk(tmp_path, 2)
+    limits = Limits(disk_mb=2)
+    (tmp_path / "a").write_bytes(os.urandom(2 ** 19))
+    assert disk.hit(limits) is None
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b").write_bytes(os.urandom(2 ** 20))
+    assert "wrote more than 2 MB" in disk.hit(limits)
+    disk.clear(tmp_path)
+    assert list(tmp_path.iterdir()) == [] and disk.hit(limits) is None
