@@ -1,7 +1,8 @@
 """Grade a class: run each student's exercise cells inside the instructor's chapter and score them with the checkers.
 
     python -m tfm_lesson.course grade notebooks/03_multi_head_attention.ipynb submissions/ --csv grades.csv \\
-        --feedback feedback/ [--timeout 60] [--memory 4096] [--jobs 2] [--resume]
+        --feedback feedback/ [--timeout 60] [--memory 4096] [--jobs 2] [--resume] \\
+        [--processes 256] [--memory-total 4096] [--disk 1024]
 
 Before anything runs, ``--csv`` and ``--feedback`` are checked (never the chapter, a submission or a file that is not
 a grades table; a file where a file goes, a folder where a folder goes; writable), and one kernel is started under
@@ -24,7 +25,8 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   ``torch``, IPython's events) can change a verdict; the chapter's own check cell is not run.
 * once an exercise is checked, the chapter's solution to it replaces the student's definitions, so each later
   exercise is graded with the reference of the pieces before it: one bug costs one exercise;
-* an endless loop or a memory hog costs that exercise its points (the kernel is restarted and the other
+* an endless loop, a memory hog or a submission past its caps on the whole (``--processes``, ``--memory-total``,
+  ``--disk``: :mod:`.sandbox_limits`) costs that exercise its points (the kernel is restarted and the other
   exercises go on); an empty, broken, huge or non-notebook file scores 0 with the reason; of a cell's output the
   grader keeps 1 MB (and the end of what it printed), the rest is dropped with a note, whatever the score.
 

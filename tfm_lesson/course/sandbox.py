@@ -11,7 +11,8 @@ first process of a process namespace takes every other one down when it exits), 
 
 What it does not do: limit CPU time (the grader's per-cell time limit does), the disk its scratch folder takes,
 the number of processes, or the memory of all its processes together (``--memory`` limits each one's address
-space); nor hide the Python and package versions.
+space; :mod:`tfm_lesson.course.sandbox_limits` caps the three on the whole submission); nor hide the Python and
+package versions.
 Linux only; :func:`sandbox_command` says why when it cannot be used.
 """
 from __future__ import annotations
