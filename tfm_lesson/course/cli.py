@@ -74,8 +74,13 @@ def class_main(argv: list[str]) -> int:
     gr.add_argument("--seed", type=int, default=None,
                     help="the seed the checkers that draw their inputs from one use (default: a new one each run, "
                          "printed, so that outputs learnt by heart for the notebook's inputs do not pass)")
+    gr.add_argument("--sandbox", choices=("auto", "bwrap", "podman", "docker", "none"), default="auto",
+                    help="where each submission's kernel runs: bubblewrap, a Podman or Docker container made of this "
+                         "machine's own files (run as root; nothing is pulled), or none; auto (the default): "
+                         "bubblewrap, else Podman, else Docker, else refuse")
     gr.add_argument("--no-sandbox", action="store_true",
-                    help="run student code without the bubblewrap sandbox (with your own rights; said on every report)")
+                    help="run student code without any sandbox (with your own rights; said on every report); the "
+                         "same as --sandbox none")
     ex = sub.add_parser("export", help="write the chapter as an nbgrader or Otter-Grader assignment")
     ex.add_argument("chapter", type=Path)
     ex.add_argument("--format", choices=("nbgrader", "otter"), required=True)
@@ -93,7 +98,7 @@ def class_main(argv: list[str]) -> int:
     try:
         if args.command == "grade":
             grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs,
-                          sandbox=not args.no_sandbox, resume=args.resume, seed=args.seed,
+                          sandbox="none" if args.no_sandbox else args.sandbox, resume=args.resume, seed=args.seed,
                           limits=limits)
         else:
             export(args.chapter, args.format, args.out, args.assignment, args.timeout, args.force)

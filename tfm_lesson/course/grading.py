@@ -341,27 +341,33 @@ def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], None], jobs:
     pool.shutdown(wait=True)
 
 
-def _sandbox_or_say(sandbox: bool) -> None:
-    """CourseError where the sandbox cannot run; without it (--no-sandbox), say so first."""
-    if sandbox:
-        from .sandbox import SandboxUnavailable, check_sandbox
+def _sandbox_or_say(sandbox: bool | str) -> bool | str:
+    """The sandbox to grade in (:func:`tfm_lesson.course.sandbox_container.choose`), CourseError where none can run;
+    without one (--no-sandbox), say so first and return False."""
+    if sandbox and sandbox != "none":
+        from .sandbox import SandboxUnavailable
+        from .sandbox_container import choose
 
         try:
-            check_sandbox()
+            engine = choose(sandbox)
         except SandboxUnavailable as exc:
             raise CourseError(str(exc)) from None
-    else:
-        print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
-              "your files; every feedback page says so", flush=True)
+        if engine != "bwrap":
+            print(f"each submission runs in a {engine} container (bubblewrap is not used)", flush=True)
+        return engine
+    print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
+          "your files; every feedback page says so", flush=True)
+    return False
 
 
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
-          sandbox: bool = True, resume: bool = False, seed: int | None = None,
+          sandbox: bool | str = True, resume: bool = False, seed: int | None = None,
           limits: Limits | None = Limits()) -> list[Graded]:
     """Grade every submission against ``chapter_path`` (with ``resume``, those not yet in ``csv_path``); each one's
     rows go into the CSV (and its feedback page is written) as soon as it is graded, so an interruption keeps them.
-    Each submission's kernel runs in the sandbox (:mod:`tfm_lesson.course.sandbox`) unless ``sandbox`` is False,
+    Each submission's kernel runs in the sandbox ``sandbox`` names (True or "auto": bubblewrap, else a Podman or
+    Docker container: :mod:`.sandbox`, :mod:`.sandbox_container`) unless it is False or "none",
     under ``limits`` (:mod:`tfm_lesson.course.sandbox_limits`; None: no cap on the whole submission)
     CourseError for an instructor's mistake (a chapter without solutions, a missing path, an output that would
     overwrite something or cannot be written, a kernel that cannot start under ``memory_mb``, no sandbox to be had),
@@ -386,7 +392,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     done_paths = {Path(name).resolve() for name in done}
     todo = [p for p in files if str(p) not in done and p.resolve() not in done_paths]
     pages = page_names([str(p) for p in files])
-    _sandbox_or_say(sandbox)
+    sandbox = _sandbox_or_say(sandbox)
     if limits is not None:
         print(describe(limits, sandbox), flush=True)
     if resume:
@@ -410,7 +416,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
                 g = _all_zero(str(path), exs, f"not graded: the grader failed on this file ({type(exc).__name__})")
             if whole.stopped.is_set():
                 return  # stopped midway: not a grade
-            g.sandboxed = sandbox
+            g.sandboxed = bool(sandbox)
             book.add(g)
             if feedback is not None:
                 write_page(g, feedback, pages[g.submission], chapter_path.stem)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -66,6 +67,24 @@ def _capped_client(**kwargs: Any) -> Any:
     return client
 
 
+def _manager(container: bool) -> Any:
+    """jupyter_client's kernel manager; for a container, one that hands the connection file to its user (nobody),
+    who could not read it otherwise (it is written readable by its owner only)."""
+    from jupyter_client import AsyncKernelManager
+
+    if not container:
+        return AsyncKernelManager
+
+    class Handing(AsyncKernelManager):
+        def write_connection_file(self, **kwargs: Any) -> None:
+            super().write_connection_file(**kwargs)
+            from .sandbox_container import USER
+
+            os.chown(self.connection_file, USER, USER)
+
+    return Handing
+
+
 def cell_text(cell: Any) -> str:
     """What a run cell printed (its stream outputs, joined)."""
     out = []
@@ -95,6 +114,8 @@ class Kernel:
         self.client: Any = None
         self.context: Any = None
         self.guard: Any = None
+        self.engine = sandbox if sandbox in ("podman", "docker") else None  # else bubblewrap (or no sandbox)
+        self.container: str | None = None  # the running container's name
 
     def _own_spec(self) -> Path:
         """A copy of the kernel spec whose command runs in the sandbox and the cgroups of ``self.guard``; returns
@@ -103,14 +124,22 @@ class Kernel:
         argv = spec["argv"]
         if self.sandbox:
             from .sandbox import sandbox_command
+            from .sandbox_container import container_command
 
             scratch, sockets = self.workdir / "scratch", self.workdir / "sockets"
             for folder in (scratch, sockets):
                 folder.mkdir(parents=True, exist_ok=True)
-            if self.limits is not None:  # the sandbox's own rlimits (the kernel's flags come before its -f)
-                argv = [*argv[:-2], "--processes", str(self.limits.processes), "--file-mb",
-                        str(self.limits.disk_mb), *argv[-2:]]
-            argv = sandbox_command(argv, scratch=scratch, shared=[sockets], env=spec.get("env", {}))
+            if self.engine is not None:  # a Podman or Docker container, capped by its own cgroup
+                self.container = f"tfm-grade-{os.getpid()}-{secrets.token_hex(6)}"
+                caps = (self.limits.processes, self.limits.memory_mb) if self.limits is not None else (0, 0)
+                argv = container_command(self.engine, argv, scratch=scratch, shared=[sockets], env=spec.get("env", {}),
+                                         name=self.container, root=self.workdir / "root", processes=caps[0],
+                                         memory_mb=caps[1])
+            else:
+                if self.limits is not None:  # the sandbox's own rlimits (the kernel's flags come before its -f)
+                    argv = [*argv[:-2], "--processes", str(self.limits.processes), "--file-mb",
+                            str(self.limits.disk_mb), *argv[-2:]]
+                argv = sandbox_command(argv, scratch=scratch, shared=[sockets], env=spec.get("env", {}))
             spec["env"] = {}
         spec["argv"] = self.guard.wrap(argv) if self.guard is not None else argv
         out = self.workdir / "spec"
@@ -120,16 +149,15 @@ class Kernel:
 
     def start(self) -> None:
         import nbformat
-        from jupyter_client import AsyncKernelManager
         from jupyter_client.kernelspec import KernelSpecManager
         if self.limits is not None:
             from .sandbox_limits import Guard
 
             if self.disk is not None and self.sandbox and self.disk.hit(self.limits):  # a restart after --disk
                 self.disk.clear(self.workdir / "scratch")
-            self.guard = Guard(self.limits, self.disk if self.sandbox else None)
+            self.guard = Guard(self.limits, self.disk if self.sandbox else None, cgroups=self.engine is None)
         spec_dir = self._own_spec() if self.sandbox or self.guard is not None else self.kernel_dir
-        km = AsyncKernelManager(kernel_name="tfm-grade", kernel_spec_manager=KernelSpecManager(
+        km = _manager(self.engine is not None)(kernel_name="tfm-grade", kernel_spec_manager=KernelSpecManager(
             kernel_dirs=[str(spec_dir)], ensure_native_kernel=False))
         if self.sandbox:  # Unix sockets in a folder both sides see
             km.transport = "ipc"
@@ -147,6 +175,13 @@ class Kernel:
                 self.guard.stop()
             raise
         if self.guard is not None:
+            if self.engine is not None:  # the container's own cgroups, made by its engine
+                from .sandbox_container import cgroup_folders
+                from .sandbox_limits import Cgroups
+
+                folders = cgroup_folders(self.engine, self.container)
+                if folders:
+                    self.guard.cgroups = Cgroups("v2" if "" in folders else "v1", folders, self.limits, owned=False)
             self.guard.start(getattr(getattr(km, "provisioner", None), "pid", None))
 
     def over_limit(self) -> str | None:
@@ -168,7 +203,11 @@ class Kernel:
                 pass
         if self.guard is not None:
             self.guard.stop()
-        self.client = self.context = self.guard = None
+        if self.container is not None:  # gone with its kernel, or removed now with everything in it
+            from .sandbox_container import remove
+
+            remove(self.engine, self.container)
+        self.client = self.context = self.guard = self.container = None
 
     def run(self, source: str) -> Any:
         """Run one cell; returns it with its outputs (at most :data:`MAX_CELL_OUTPUT` of them, then the end of what

@@ -93,8 +93,9 @@ class Cgroups:
     """The cgroups of one kernel: made by :meth:`make`, entered by the kernel's command (:meth:`wrap`), checked
     (:meth:`hit`), emptied (:meth:`kill`) and removed (:meth:`remove`)."""
 
-    def __init__(self, version: str, folders: dict[str, Path], limits: Limits):
+    def __init__(self, version: str, folders: dict[str, Path], limits: Limits, owned: bool = True):
         self.version, self.folders, self.limits = version, folders, limits
+        self.owned = owned  # made here, so removed here (a container's are its engine's)
 
     @classmethod
     def make(cls, limits: Limits, root: Path = CGROUP_ROOT) -> "Cgroups":
@@ -191,7 +192,7 @@ class Cgroups:
     def remove(self) -> None:
         """Kill what is left and remove the cgroups (a cgroup goes once its last process is reaped)."""
         self.kill()
-        for folder in self.folders.values():
+        for folder in self.folders.values() if self.owned else ():
             for _ in range(100):
                 try:
                     folder.rmdir()
@@ -265,11 +266,12 @@ class Guard:
     the submission's disk, and a thread that looks at them every :data:`POLL` seconds and, at the first cap hit,
     kills the kernel and keeps the reason (:meth:`reason`)."""
 
-    def __init__(self, limits: Limits, disk: ScratchDisk | None = None, root: Path = CGROUP_ROOT):
+    def __init__(self, limits: Limits, disk: ScratchDisk | None = None, root: Path = CGROUP_ROOT,
+                 cgroups: bool = True):
         self.limits, self.disk = limits, disk
-        self.cgroups: Cgroups | None = None
+        self.cgroups: Cgroups | None = None  # (a container's are set once it runs)
         self.why_not = ""
-        if limits.processes or limits.memory_mb:
+        if cgroups and (limits.processes or limits.memory_mb):
             try:
                 self.cgroups = Cgroups.make(limits, root)
             except CgroupUnavailable as exc:
