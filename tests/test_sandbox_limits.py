@@ -69,9 +69,28 @@ def _marked() -> list[int]:
     return found
 
 
+def _engine_or_why(engine: str) -> str | None:
+    """Why ``engine`` cannot grade here (None when it can)."""
+    if engine == "bwrap":
+        return None if HAVE_CGROUPS else f"no cgroup can be made here ({_probe.why_not})"
+    from tfm_lesson.course.sandbox import SandboxUnavailable
+    from tfm_lesson.course.sandbox_container import check_engine
+
+    try:
+        check_engine(engine)
+    except SandboxUnavailable as exc:
+        return str(exc)
+    return None
+
+
 @pytest.mark.slow
-@needs_cgroups
-def test_a_submission_over_its_caps_loses_that_exercise_and_nobody_else_does(tmp_path):
+@pytest.mark.parametrize("engine", ["bwrap", "podman", "docker"])
+def test_a_submission_over_its_caps_loses_that_exercise_and_nobody_else_does(tmp_path, engine):
+    """In bubblewrap (capped by cgroups made for each kernel) and in a Podman or Docker container (capped by the
+    container's own), wherever each can run."""
+    why = _engine_or_why(engine)
+    if why is not None:
+        pytest.skip(why)
     right = copy_chapter_answers(CHAPTER_NB)
     subs = tmp_path / "subs"
     subs.mkdir()
@@ -82,7 +101,7 @@ def test_a_submission_over_its_caps_loses_that_exercise_and_nobody_else_does(tmp
     grader = subprocess.Popen(
         [sys.executable, "-m", "tfm_lesson.course", "grade", str(CHAPTER), str(subs), "--csv", str(tmp_path / "g.csv"),
          "--feedback", str(tmp_path / "feedback"), "--timeout", "90", "--jobs", "2", "--processes", "64",
-         "--memory-total", "1024", "--disk", "64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+         "--memory-total", "1024", "--disk", "64", "--sandbox", engine], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     out, err = grader.communicate(timeout=900)
     assert grader.returncode == 0, err
     assert "64 processes and threads (cgroup)" in out and "1024 MB of memory in all (cgroup)" in out
@@ -103,6 +122,9 @@ def test_a_submission_over_its_caps_loses_that_exercise_and_nobody_else_does(tmp
         left = [p.name for p in folder.iterdir() if p.name.startswith(f"tfm-grade-{grader.pid}-")]
         assert left == [], f"cgroups left behind in {folder}"
     assert "tfm-grade" not in Path("/proc/mounts").read_text()
+    if engine != "bwrap":
+        listed = subprocess.run([engine, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
+        assert f"tfm-grade-{grader.pid}-" not in listed.stdout, "a container outlived its kernel"
 
 
 @needs_cgroups
