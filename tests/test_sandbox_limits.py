@@ -8,6 +8,7 @@ import copy
 import csv
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -161,3 +162,54 @@ def test_a_disk_without_a_mount_is_summed(tmp_path):
     assert "wrote more than 2 MB" in disk.hit(limits)
     disk.clear(tmp_path)
     assert list(tmp_path.iterdir()) == [] and disk.hit(limits) is None
+
+
+FORKS = """\
+import importlib.util, os, sys, time
+spec = importlib.util.spec_from_file_location("grade_kernel", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.apply_limits(["--processes", "20", "-f", "connection.json"])
+n = 0
+try:
+    for _ in range(60):
+        if os.fork() == 0:
+            time.sleep(20)
+            os._exit(0)
+        n += 1
+except OSError:
+    pass
+print(n)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap") or not shutil.which("setpriv"),
+                    reason="needs root (to run the sandbox as another user), bubblewrap and setpriv")
+def test_without_cgroups_the_process_cap_counts_only_the_sandboxes_own():
+    """The rlimit fallback, for a grader that is not root (here user nobody): ``--processes 20`` set by the kernel
+    inside its sandbox refuses its 20th process even while the same user runs 40 others outside, which an
+    ``RLIMIT_NPROC`` set before the sandbox would have counted; for a grader run as root it refuses nothing."""
+    import tempfile
+
+    kernel_file = ROOT / "tfm_lesson" / "course" / "_grade_kernel.py"
+    with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="tfm-forks-", dir="/tmp", delete=False) as f:
+        f.write(FORKS)  # in /tmp itself: pytest's own folders are the grader's, closed to nobody
+    forks = Path(f.name)
+    forks.chmod(0o644)
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    idle = [*as_nobody, "/usr/bin/python3", "-c", "import time; time.sleep(30)", MARK]
+    outside = [subprocess.Popen(idle) for _ in range(40)]
+    sandbox = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
+               "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    run = [*sandbox, "/usr/bin/python3", str(forks), str(kernel_file), MARK]
+    try:
+        as_user = subprocess.run([*as_nobody, *run], capture_output=True, text=True, timeout=120)
+        as_root = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    finally:
+        forks.unlink()
+        for proc in outside:
+            proc.kill()
+            proc.wait()
+    assert as_user.returncode == 0, as_user.stderr
+    assert 10 <= int(as_user.stdout) < 20  # its own processes counted (the python and its children), not the 40
+    assert int(as_root.stdout) == 60  # root: never refused, hence the cgroup

@@ -16,7 +16,8 @@ _LIMITS = {"--memory-mb": ("RLIMIT_AS", 2 ** 20), "--processes": ("RLIMIT_NPROC"
            "--file-mb": ("RLIMIT_FSIZE", 2 ** 20)}
 
 
-def main(argv: list[str]) -> None:
+def apply_limits(argv: list[str]) -> list[str]:
+    """Set the rlimits the leading flags of ``argv`` ask for (0: none); returns the rest (the kernel's own)."""
     import resource
 
     while len(argv) >= 2 and argv[0] in _LIMITS:
@@ -25,6 +26,11 @@ def main(argv: list[str]) -> None:
         argv = argv[2:]
         if amount > 0:
             resource.setrlimit(getattr(resource, name), (amount, amount))
+    return argv
+
+
+def main(argv: list[str]) -> None:
+    argv = apply_limits(argv)
     from ipykernel import kernelapp
 
     sys.argv = [sys.argv[0], *argv]
