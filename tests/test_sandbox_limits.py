@@ -135,7 +135,8 @@ def test_the_cgroups_of_one_kernel_cap_its_processes_and_go_away(tmp_path):
     group = Cgroups.make(Limits(processes=10, memory_mb=256, disk_mb=0))
     try:
         code = ("import os, time\nn = 0\ntry:\n    for _ in range(50):\n        if os.fork() == 0:\n"
-                "            time.sleep(30)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+                "            os.closerange(1, 3)\n            time.sleep(30)\n            os._exit(0)\n"
+                "        n += 1\nexcept OSError:\n    pass\nprint(n)\n")  # its children outlive it, in the cgroup
         done = subprocess.run(group.wrap([sys.executable, "-c", code, MARK]), capture_output=True, text=True,
                               timeout=60)
         assert int(done.stdout) < 10, done.stdout
@@ -213,3 +214,48 @@ def test_without_cgroups_the_process_cap_counts_only_the_sandboxes_own():
     assert as_user.returncode == 0, as_user.stderr
     assert 10 <= int(as_user.stdout) < 20  # its own processes counted (the python and its children), not the 40
     assert int(as_root.stdout) == 60  # root: never refused, hence the cgroup
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_cgroup_files_of_either_version(tmp_path, version):
+    """Where each version keeps what the guard reads and writes, on a tree shaped like /sys/fs/cgroup (the kernel's
+    own behaviour is the tests above, on this machine's version): the cgroups go under the grader's own, with the
+    caps written, a refused fork and an out-of-memory kill told apart, and nothing left after."""
+    from tfm_lesson.course.sandbox_limits import _own_cgroups
+
+    proc = tmp_path / "cgroup"
+    if version == "v1":
+        proc.write_text("8:pids:/grader\n4:memory:/jobs/grader\n0::/\n")
+        for folder in ("pids/grader", "memory/jobs/grader"):
+            (tmp_path / folder).mkdir(parents=True)
+        expected = {"pids": tmp_path / "pids/grader", "memory": tmp_path / "memory/jobs/grader"}
+    else:
+        proc.write_text("0::/user.slice/grader\n")
+        (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+        (tmp_path / "user.slice/grader").mkdir(parents=True)
+        (tmp_path / "user.slice/grader/cgroup.subtree_control").write_text("")
+        expected = {"": tmp_path / "user.slice/grader"}
+    assert _own_cgroups(tmp_path, proc) == (version, expected)
+    limits = Limits(processes=30, memory_mb=100, disk_mb=0)
+    group = Cgroups.make(limits, tmp_path, proc)
+    pids, memory = group._folder("pids"), group._folder("memory")
+    assert all(folder.parent in expected.values() for folder in group.folders.values())
+    assert (pids / "pids.max").read_text() == "30"
+    assert (memory / ("memory.max" if version == "v2" else "memory.limit_in_bytes")).read_text() == str(100 * 2**20)
+    if version == "v2":
+        assert (tmp_path / "user.slice/grader/cgroup.subtree_control").read_text() == "+memory +pids"
+    assert group.hit() is None
+    (pids / "pids.events").write_text("max 0\n")
+    (memory / ("memory.events" if version == "v2" else "memory.oom_control")).write_text("oom 1\noom_kill 1\n")
+    assert "used more than 100 MB of memory in all" in group.hit()
+    (pids / "pids.events").write_text("max 3\n")
+    assert "more than 30 processes" in group.hit()
+    group.kill()  # nothing in them (v2: cgroup.kill written)
+    if version == "v2":
+        assert (group.folders[""] / "cgroup.kill").read_text() == "1"
+    group.kill = lambda: None  # a real cgroup's files go with it; here they are removed by hand
+    for folder in group.folders.values():
+        for file in folder.iterdir():
+            file.unlink()
+    group.remove()
+    assert not any(folder.exists() for folder in group.folders.values())

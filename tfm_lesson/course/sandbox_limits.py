@@ -64,11 +64,12 @@ class Limits:
 
 
 # cgroups ------------------------------------------------------------------------------------------------------------
-def _own_cgroups(root: Path = CGROUP_ROOT) -> tuple[str, dict[str, Path]] | None:
-    """``("v2", {"": folder})`` or ``("v1", {"pids": folder, "memory": folder})``: where this process's cgroups
-    are; None where neither the pids nor the memory controller can be found."""
+def _own_cgroups(root: Path = CGROUP_ROOT, proc: Path = Path("/proc/self/cgroup")
+                 ) -> tuple[str, dict[str, Path]] | None:
+    """``("v1", {"pids": folder, "memory": folder})`` or ``("v2", {"": folder})``: where this process's cgroups
+    are (``proc``: its ``/proc/PID/cgroup``); None where neither the pids nor the memory controller can be found."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = proc.read_text().splitlines()
     except OSError:
         return None
     found: dict[str, Path] = {}
@@ -98,8 +99,8 @@ class Cgroups:
         self.owned = owned  # made here, so removed here (a container's are its engine's)
 
     @classmethod
-    def make(cls, limits: Limits, root: Path = CGROUP_ROOT) -> "Cgroups":
-        where = _own_cgroups(root)
+    def make(cls, limits: Limits, root: Path = CGROUP_ROOT, proc: Path = Path("/proc/self/cgroup")) -> "Cgroups":
+        where = _own_cgroups(root, proc)
         if where is None:
             raise CgroupUnavailable("no pids and memory cgroup controllers here")
         version, parents = where
