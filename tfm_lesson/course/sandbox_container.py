@@ -145,6 +145,10 @@ def check_engine(engine: str) -> None:
         raise SandboxUnavailable(f"{engine}: the grader runs submissions in containers only when run as root")
     try:
         if engine == "docker":
+            info = subprocess.run([*_engine(engine), "info"], capture_output=True, text=True, timeout=60)
+            if info.returncode != 0:
+                why = (info.stderr.strip().splitlines() or ["no message"])[-1]
+                raise SandboxUnavailable(f"docker: its daemon does not answer ({why}); start it (dockerd)")
             known = subprocess.run([*_engine(engine), "image", "inspect", IMAGE], capture_output=True, timeout=60)
             if known.returncode != 0:
                 subprocess.run([*_engine(engine), "import", "-", IMAGE], input=_image_tar(), capture_output=True,
