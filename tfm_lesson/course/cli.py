@@ -10,6 +10,7 @@ from pathlib import Path
 from .cells import CourseError
 from .chapters import chapters, execute, fold_files, update_setup_cell
 from .location import REF, REPOSITORY, check_location
+from .sandbox_limits import DEFAULT_DISK_MB, DEFAULT_MEMORY_TOTAL_MB, DEFAULT_PROCESSES, Limits
 from .student import restore_files, write_student_copies
 
 def _check_notebook_argument(parser: argparse.ArgumentParser, path: Path) -> None:
@@ -28,6 +29,14 @@ def _check_notebook_argument(parser: argparse.ArgumentParser, path: Path) -> Non
     except Exception as exc:  # noqa: BLE001 - JSON, schema or encoding errors all mean the same to the user
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         parser.error(f"{path} is not a readable notebook ({first[:200]})")
+
+
+def _limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Limits:
+    """The caps on each whole submission, from --processes, --memory-total and --disk (a usage error below 0)."""
+    try:
+        return Limits(args.processes, args.memory_total, args.disk)
+    except ValueError:
+        parser.error("--processes, --memory-total and --disk must be >= 0 (0 = no cap)")
 
 
 def class_main(argv: list[str]) -> int:
@@ -50,14 +59,28 @@ def class_main(argv: list[str]) -> int:
     gr.add_argument("--timeout", type=int, default=grading.DEFAULT_TIMEOUT, help="seconds per cell (default %(default)s)")
     gr.add_argument("--memory", type=int, default=grading.DEFAULT_MEMORY_MB,
                     help="MB of address space per kernel, 0 = no limit (default %(default)s)")
+    gr.add_argument("--processes", type=int, default=DEFAULT_PROCESSES,
+                    help="processes and threads one submission may run at once, 0 = no cap (default %(default)s); "
+                         "past it its kernel is killed and the exercise scores 0 with the reason")
+    gr.add_argument("--memory-total", type=int, default=DEFAULT_MEMORY_TOTAL_MB,
+                    help="MB of memory all of one submission's processes may use together, its /tmp and its files "
+                         "included, 0 = no cap (default %(default)s; a cgroup, where the grader may make one)")
+    gr.add_argument("--disk", type=int, default=DEFAULT_DISK_MB,
+                    help="MB of files one submission may write in its scratch folder, 0 = no cap "
+                         "(default %(default)s)")
     gr.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
     gr.add_argument("--resume", action="store_true",
                     help="keep the grades already in --csv and grade only the submissions not in it")
     gr.add_argument("--seed", type=int, default=None,
                     help="the seed the checkers that draw their inputs from one use (default: a new one each run, "
                          "printed, so that outputs learnt by heart for the notebook's inputs do not pass)")
+    gr.add_argument("--sandbox", choices=("auto", "bwrap", "podman", "docker", "none"), default="auto",
+                    help="where each submission's kernel runs: bubblewrap, a Podman or Docker container made of this "
+                         "machine's own files (run as root; nothing is pulled), or none; auto (the default): "
+                         "bubblewrap, else Podman, else Docker, else refuse")
     gr.add_argument("--no-sandbox", action="store_true",
-                    help="run student code without the bubblewrap sandbox (with your own rights; said on every report)")
+                    help="run student code without any sandbox (with your own rights; said on every report); the "
+                         "same as --sandbox none")
     ex = sub.add_parser("export", help="write the chapter as an nbgrader or Otter-Grader assignment")
     ex.add_argument("chapter", type=Path)
     ex.add_argument("--format", choices=("nbgrader", "otter"), required=True)
@@ -69,12 +92,14 @@ def class_main(argv: list[str]) -> int:
                     help="replace an earlier export even if it was edited (never the chapter itself)")
     try:
         args = parser.parse_args(argv)
+        limits = _limits(parser, args) if args.command == "grade" else None
     except SystemExit as exc:
         return 2 if exc.code else 0
     try:
         if args.command == "grade":
             grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs,
-                          sandbox=not args.no_sandbox, resume=args.resume, seed=args.seed)
+                          sandbox="none" if args.no_sandbox else args.sandbox, resume=args.resume, seed=args.seed,
+                          limits=limits)
         else:
             export(args.chapter, args.format, args.out, args.assignment, args.timeout, args.force)
     except CourseError as exc:

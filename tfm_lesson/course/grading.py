@@ -1,7 +1,8 @@
 """Grade a class: run each student's exercise cells inside the instructor's chapter and score them with the checkers.
 
     python -m tfm_lesson.course grade notebooks/03_multi_head_attention.ipynb submissions/ --csv grades.csv \\
-        --feedback feedback/ [--timeout 60] [--memory 4096] [--jobs 2] [--resume]
+        --feedback feedback/ [--timeout 60] [--memory 4096] [--jobs 2] [--resume] \\
+        [--processes 256] [--memory-total 4096] [--disk 1024]
 
 Before anything runs, ``--csv`` and ``--feedback`` are checked (never the chapter, a submission or a file that is not
 a grades table; a file where a file goes, a folder where a folder goes; writable), and one kernel is started under
@@ -24,7 +25,8 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   ``torch``, IPython's events) can change a verdict; the chapter's own check cell is not run.
 * once an exercise is checked, the chapter's solution to it replaces the student's definitions, so each later
   exercise is graded with the reference of the pieces before it: one bug costs one exercise;
-* an endless loop or a memory hog costs that exercise its points (the kernel is restarted and the other
+* an endless loop, a memory hog or a submission past its caps on the whole (``--processes``, ``--memory-total``,
+  ``--disk``: :mod:`.sandbox_limits`) costs that exercise its points (the kernel is restarted and the other
   exercises go on); an empty, broken, huge or non-notebook file scores 0 with the reason; of a cell's output the
   grader keeps 1 MB (and the end of what it printed), the rest is dropped with a note, whatever the score.
 
@@ -53,6 +55,7 @@ from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Ke
                              check_kernel, kernel_spec)
 from .grading_report import (GradeBook, Graded, Result, check_outputs, feedback_page, page_names, write_csv,
                              write_page)
+from .sandbox_limits import Limits, ScratchDisk, describe
 from .submission import MAX_BYTES, answers, read_submission
 from .verdicts import chapter_checkers, check_call, check_cell, seeded, verdict
 
@@ -215,9 +218,11 @@ def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int,
         if ex is not None and ex.number in outcome.broken:
             continue
         try:
-            cell = kernel.run(source)
+            cell, reason = kernel.run(source), None
         except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:
             reason = _failure(kind, isinstance(exc, CellTimeoutError), timeout, memory_mb)
+        reason = kernel.over_limit() or reason  # a cap on the whole submission hit: its kernel is killed
+        if reason is not None:
             if ex is None:  # the chapter itself failed: nothing after it can be trusted
                 for r in outcome.results.values():
                     if not r.message:
@@ -239,9 +244,9 @@ def _all_zero(name: str, exs: list[Exercise], reason: str, notes: list[str] | No
 
 def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, timeout: int, memory_mb: int,
               name: str | None = None, sandbox: bool = False, whole: KernelGroup | None = None,
-              checking: Checking | None = None) -> Graded:
+              checking: Checking | None = None, limits: Limits | None = None) -> Graded:
     """Grade one submission; never raises for anything the submission does. ``whole``: the class it belongs to,
-    which can stop its kernel (Ctrl-C)."""
+    which can stop its kernel (Ctrl-C); ``limits``: the caps on the whole submission (:mod:`.sandbox_limits`)."""
     import nbclient.exceptions  # noqa: F401  (the grader's own dependency: missing, it raises here, not as a score)
 
     name = name or str(path)
@@ -252,6 +257,7 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         return _all_zero(name, exs, f"not graded: {exc}")
     found, notes = answers(student, chapter, exs)
     work = tempfile.mkdtemp(prefix="tfm-grade-")
+    disk = ScratchDisk.mount(Path(work), limits.disk_mb) if limits is not None and sandbox else None
     try:
         scratch = Path(work) / "scratch"  # the kernel's working folder (the sandbox shows it at the same path)
         scratch.mkdir()
@@ -262,10 +268,12 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         for ex in exs:
             if found[ex.number] is None:
                 outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
-        kernel = (whole.kernel if whole is not None else Kernel)(kernel_dir, Path(work), timeout, sandbox=sandbox)
+        kernel = (whole.kernel if whole is not None else Kernel)(kernel_dir, Path(work), timeout, sandbox=sandbox,
+                                                                 limits=limits, disk=disk)
         try:
             kernel.start()
         except Exception as exc:
+            kernel.stop()
             return _all_zero(name, exs, f"not graded: the kernel did not start ({type(exc).__name__}: {exc})",
                              notes)
         try:
@@ -277,6 +285,8 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         finally:
             kernel.stop()
     finally:
+        if disk is not None:
+            disk.close()
         _remove(work)
     return Graded(name, outcome.final(), notes, time.perf_counter() - start)
 
@@ -331,26 +341,34 @@ def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], None], jobs:
     pool.shutdown(wait=True)
 
 
-def _sandbox_or_say(sandbox: bool) -> None:
-    """CourseError where the sandbox cannot run; without it (--no-sandbox), say so first."""
-    if sandbox:
-        from .sandbox import SandboxUnavailable, check_sandbox
+def _sandbox_or_say(sandbox: bool | str) -> bool | str:
+    """The sandbox to grade in (:func:`tfm_lesson.course.sandbox_container.choose`), CourseError where none can run;
+    without one (--no-sandbox), say so first and return False."""
+    if sandbox and sandbox != "none":
+        from .sandbox import SandboxUnavailable
+        from .sandbox_container import choose
 
         try:
-            check_sandbox()
+            engine = choose(sandbox)
         except SandboxUnavailable as exc:
             raise CourseError(str(exc)) from None
-    else:
-        print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
-              "your files; every feedback page says so", flush=True)
+        if engine != "bwrap":
+            print(f"each submission runs in a {engine} container (bubblewrap is not used)", flush=True)
+        return engine
+    print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
+          "your files; every feedback page says so", flush=True)
+    return False
 
 
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
-          sandbox: bool = True, resume: bool = False, seed: int | None = None) -> list[Graded]:
+          sandbox: bool | str = True, resume: bool = False, seed: int | None = None,
+          limits: Limits | None = Limits()) -> list[Graded]:
     """Grade every submission against ``chapter_path`` (with ``resume``, those not yet in ``csv_path``); each one's
     rows go into the CSV (and its feedback page is written) as soon as it is graded, so an interruption keeps them.
-    Each submission's kernel runs in the sandbox (:mod:`tfm_lesson.course.sandbox`) unless ``sandbox`` is False.
+    Each submission's kernel runs in the sandbox ``sandbox`` names (True or "auto": bubblewrap, else a Podman or
+    Docker container: :mod:`.sandbox`, :mod:`.sandbox_container`) unless it is False or "none",
+    under ``limits`` (:mod:`tfm_lesson.course.sandbox_limits`; None: no cap on the whole submission)
     CourseError for an instructor's mistake (a chapter without solutions, a missing path, an output that would
     overwrite something or cannot be written, a kernel that cannot start under ``memory_mb``, no sandbox to be had),
     before any submission runs."""
@@ -374,7 +392,9 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     done_paths = {Path(name).resolve() for name in done}
     todo = [p for p in files if str(p) not in done and p.resolve() not in done_paths]
     pages = page_names([str(p) for p in files])
-    _sandbox_or_say(sandbox)
+    sandbox = _sandbox_or_say(sandbox)
+    if limits is not None:
+        print(describe(limits, sandbox), flush=True)
     if resume:
         print(f"--resume: {len(files) - len(todo)} submission(s) already in {csv_path}, {len(todo)} to grade",
               flush=True)
@@ -386,17 +406,17 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     try:
         kernel_spec(kernel_dir, memory_mb, timeout)
         if todo:
-            check_kernel(kernel_dir, timeout, memory_mb, sandbox)
+            check_kernel(kernel_dir, timeout, memory_mb, sandbox, limits)
 
         def one(path: Path, whole: KernelGroup) -> None:
             try:
                 g = grade_one(chapter, exs, path, kernel_dir, timeout, memory_mb, sandbox=sandbox, whole=whole,
-                              checking=checking)
+                              checking=checking, limits=limits)
             except Exception as exc:  # the grader's own failure on this file: 0 with the reason, the class goes on
                 g = _all_zero(str(path), exs, f"not graded: the grader failed on this file ({type(exc).__name__})")
             if whole.stopped.is_set():
                 return  # stopped midway: not a grade
-            g.sandboxed = sandbox
+            g.sandboxed = bool(sandbox)
             book.add(g)
             if feedback is not None:
                 write_page(g, feedback, pages[g.submission], chapter_path.stem)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -66,6 +67,24 @@ def _capped_client(**kwargs: Any) -> Any:
     return client
 
 
+def _manager(container: bool) -> Any:
+    """jupyter_client's kernel manager; for a container, one that hands the connection file to its user (nobody),
+    who could not read it otherwise (it is written readable by its owner only)."""
+    from jupyter_client import AsyncKernelManager
+
+    if not container:
+        return AsyncKernelManager
+
+    class Handing(AsyncKernelManager):
+        def write_connection_file(self, **kwargs: Any) -> None:
+            super().write_connection_file(**kwargs)
+            from .sandbox_container import USER
+
+            os.chown(self.connection_file, USER, USER)
+
+    return Handing
+
+
 def cell_text(cell: Any) -> str:
     """What a run cell printed (its stream outputs, joined)."""
     out = []
@@ -88,21 +107,41 @@ class Kernel:
     the kernel runs inside :mod:`tfm_lesson.course.sandbox` (its scratch folder and the folder of its connection's
     sockets are under ``workdir``; it talks over Unix sockets, since it has no network)."""
 
-    def __init__(self, kernel_dir: Path, workdir: Path, timeout: int, sandbox: bool = False):
+    def __init__(self, kernel_dir: Path, workdir: Path, timeout: int, sandbox: bool = False,
+                 limits: Any = None, disk: Any = None):
         self.kernel_dir, self.workdir, self.timeout, self.sandbox = kernel_dir, workdir, timeout, sandbox
+        self.limits, self.disk = limits, disk  # sandbox_limits.Limits and ScratchDisk: caps on the whole submission
         self.client: Any = None
         self.context: Any = None
+        self.guard: Any = None
+        self.engine = sandbox if sandbox in ("podman", "docker") else None  # else bubblewrap (or no sandbox)
+        self.container: str | None = None  # the running container's name
 
-    def _sandboxed_spec(self) -> Path:
-        """A copy of the kernel spec whose command runs in the sandbox; returns the folder that holds it."""
-        from .sandbox import sandbox_command
-
+    def _own_spec(self) -> Path:
+        """A copy of the kernel spec whose command runs in the sandbox and the cgroups of ``self.guard``; returns
+        the folder that holds it."""
         spec = json.loads((self.kernel_dir / "tfm-grade" / "kernel.json").read_text())
-        scratch, sockets = self.workdir / "scratch", self.workdir / "sockets"
-        for folder in (scratch, sockets):
-            folder.mkdir(parents=True, exist_ok=True)
-        spec["argv"] = sandbox_command(spec["argv"], scratch=scratch, shared=[sockets], env=spec.get("env", {}))
-        spec["env"] = {}
+        argv = spec["argv"]
+        if self.sandbox:
+            from .sandbox import sandbox_command
+            from .sandbox_container import container_command
+
+            scratch, sockets = self.workdir / "scratch", self.workdir / "sockets"
+            for folder in (scratch, sockets):
+                folder.mkdir(parents=True, exist_ok=True)
+            if self.engine is not None:  # a Podman or Docker container, capped by its own cgroup
+                self.container = f"tfm-grade-{os.getpid()}-{secrets.token_hex(6)}"
+                caps = (self.limits.processes, self.limits.memory_mb) if self.limits is not None else (0, 0)
+                argv = container_command(self.engine, argv, scratch=scratch, shared=[sockets], env=spec.get("env", {}),
+                                         name=self.container, root=self.workdir / "root", processes=caps[0],
+                                         memory_mb=caps[1])
+            else:
+                if self.limits is not None:  # the sandbox's own rlimits (the kernel's flags come before its -f)
+                    argv = [*argv[:-2], "--processes", str(self.limits.processes), "--file-mb",
+                            str(self.limits.disk_mb), *argv[-2:]]
+                argv = sandbox_command(argv, scratch=scratch, shared=[sockets], env=spec.get("env", {}))
+            spec["env"] = {}
+        spec["argv"] = self.guard.wrap(argv) if self.guard is not None else argv
         out = self.workdir / "spec"
         (out / "tfm-grade").mkdir(parents=True, exist_ok=True)
         (out / "tfm-grade" / "kernel.json").write_text(json.dumps(spec))
@@ -110,10 +149,15 @@ class Kernel:
 
     def start(self) -> None:
         import nbformat
-        from jupyter_client import AsyncKernelManager
         from jupyter_client.kernelspec import KernelSpecManager
-        spec_dir = self._sandboxed_spec() if self.sandbox else self.kernel_dir
-        km = AsyncKernelManager(kernel_name="tfm-grade", kernel_spec_manager=KernelSpecManager(
+        if self.limits is not None:
+            from .sandbox_limits import Guard
+
+            if self.disk is not None and self.sandbox and self.disk.hit(self.limits):  # a restart after --disk
+                self.disk.clear(self.workdir / "scratch")
+            self.guard = Guard(self.limits, self.disk if self.sandbox else None, cgroups=self.engine is None)
+        spec_dir = self._own_spec() if self.sandbox or self.guard is not None else self.kernel_dir
+        km = _manager(self.engine is not None)(kernel_name="tfm-grade", kernel_spec_manager=KernelSpecManager(
             kernel_dirs=[str(spec_dir)], ensure_native_kernel=False))
         if self.sandbox:  # Unix sockets in a folder both sides see
             km.transport = "ipc"
@@ -124,7 +168,25 @@ class Kernel:
                                      resources={"metadata": {"path": str(self.workdir)}})
         # the kernel process's own warnings and connection notice: what the code prints comes over the connection
         self.context = self.client.setup_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.context.__enter__()
+        try:
+            self.context.__enter__()
+        except BaseException:
+            if self.guard is not None:  # its cgroups go with the kernel that did not start
+                self.guard.stop()
+            raise
+        if self.guard is not None:
+            if self.engine is not None:  # the container's own cgroups, made by its engine
+                from .sandbox_container import cgroup_folders
+                from .sandbox_limits import Cgroups
+
+                folders = cgroup_folders(self.engine, self.container)
+                if folders:
+                    self.guard.cgroups = Cgroups("v2" if "" in folders else "v1", folders, self.limits, owned=False)
+            self.guard.start(getattr(getattr(km, "provisioner", None), "pid", None))
+
+    def over_limit(self) -> str | None:
+        """Why the kernel was killed for a cap on the whole submission (processes, memory in all, disk), else None."""
+        return self.guard.reason() if self.guard is not None else None
 
     def stop(self) -> None:
         if self.context is not None:
@@ -139,7 +201,13 @@ class Kernel:
                     run_sync(self.client.km.shutdown_kernel)(now=True)
             except Exception:
                 pass
-        self.client = self.context = None
+        if self.guard is not None:
+            self.guard.stop()
+        if self.container is not None:  # gone with its kernel, or removed now with everything in it
+            from .sandbox_container import remove
+
+            remove(self.engine, self.container)
+        self.client = self.context = self.guard = self.container = None
 
     def run(self, source: str) -> Any:
         """Run one cell; returns it with its outputs (at most :data:`MAX_CELL_OUTPUT` of them, then the end of what
@@ -176,10 +244,10 @@ def kernel_spec(directory: Path, memory_mb: int, timeout: int) -> None:
 
 
 # before the class, and stopping it ----------------------------------------------------------------------------------
-def _probe(kernel_dir: Path, timeout: int, sandbox: bool) -> str | None:
+def _probe(kernel_dir: Path, timeout: int, sandbox: bool, limits: Any = None) -> str | None:
     """Why a kernel of ``kernel_dir``'s spec cannot start and import torch and the checkers; None when it can."""
     with tempfile.TemporaryDirectory(prefix="tfm-grade-probe-") as work:
-        kernel = Kernel(kernel_dir, Path(work), timeout, sandbox=sandbox)
+        kernel = Kernel(kernel_dir, Path(work), timeout, sandbox=sandbox, limits=limits)
         try:
             kernel.start()
             return cell_error(kernel.run("import torch, tfm_lesson.checks"))
@@ -189,12 +257,16 @@ def _probe(kernel_dir: Path, timeout: int, sandbox: bool) -> str | None:
             kernel.stop()
 
 
-def check_kernel(kernel_dir: Path, timeout: int, memory_mb: int, sandbox: bool) -> None:
+def check_kernel(kernel_dir: Path, timeout: int, memory_mb: int, sandbox: bool, limits: Any = None) -> None:
     """Start one kernel before the class, as each submission's will be: CourseError naming ``--memory`` when it cannot
     start under that limit (and can without), or saying why it cannot start at all. Nothing is graded then."""
-    why = _probe(kernel_dir, timeout, sandbox)
+    why = _probe(kernel_dir, timeout, sandbox, limits)
     if why is None:
         return
+    if limits is not None and _probe(kernel_dir, timeout, sandbox) is None:
+        raise CourseError(f"--processes {limits.processes} / --memory-total {limits.memory_mb} / --disk "
+                          f"{limits.disk_mb}: the grading kernel cannot start and import torch under these caps "
+                          f"({why}); give it more, or 0 for no cap. Nothing was graded")
     if memory_mb > 0:
         with tempfile.TemporaryDirectory(prefix="tfm-grade-nolimit-") as unlimited:
             kernel_spec(Path(unlimited), 0, timeout)

@@ -11,7 +11,8 @@ first process of a process namespace takes every other one down when it exits), 
 
 What it does not do: limit CPU time (the grader's per-cell time limit does), the disk its scratch folder takes,
 the number of processes, or the memory of all its processes together (``--memory`` limits each one's address
-space); nor hide the Python and package versions.
+space; :mod:`tfm_lesson.course.sandbox_limits` caps the three on the whole submission); nor hide the Python and
+package versions.
 Linux only; :func:`sandbox_command` says why when it cannot be used.
 """
 from __future__ import annotations
@@ -49,6 +50,19 @@ def _package_root() -> Path:
     return Path(__file__).resolve().parent.parent  # .../tfm_lesson
 
 
+def _variables(scratch: Path, env: dict[str, str] | None) -> dict[str, str]:
+    """The sandbox's whole environment: ``env`` and a few settings the course reads, nothing else of the caller's."""
+    variables = {"HOME": str(scratch), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+                 "PYTHONPATH": str(_package_root().parent), "MPLCONFIGDIR": str(scratch / ".matplotlib"),
+                 "TMPDIR": "/tmp"}
+    for key in ("TFM_CHECK_TIME_LIMIT", "TFM_DEVICE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MPLBACKEND",
+                "PYTHONHASHSEED", "HF_HUB_OFFLINE"):
+        if key in os.environ:
+            variables[key] = os.environ[key]
+    variables.update(env or {})
+    return variables
+
+
 def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), env: dict[str, str] | None = None,
                     bwrap: str | None = None) -> list[str]:
     """``argv`` wrapped so that it runs in the sandbox, with ``scratch`` (read-write) as its working folder and
@@ -79,15 +93,7 @@ def sandbox_command(argv: list[str], *, scratch: Path, shared: list[Path] = (), 
         folder = Path(folder).resolve()
         args += ["--bind", str(folder), str(folder)]
     scratch = Path(scratch).resolve()
-    variables = {"HOME": str(scratch), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-           "PYTHONPATH": str(_package_root().parent), "MPLCONFIGDIR": str(scratch / ".matplotlib"),
-           "TMPDIR": "/tmp"}
-    for key in ("TFM_CHECK_TIME_LIMIT", "TFM_DEVICE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MPLBACKEND",
-                "PYTHONHASHSEED", "HF_HUB_OFFLINE"):
-        if key in os.environ:
-            variables[key] = os.environ[key]
-    variables.update(env or {})
-    for key, value in sorted(variables.items()):
+    for key, value in sorted(_variables(scratch, env).items()):
         args += ["--setenv", key, value]
     program = argv[0]
     if os.sep in program:  # its folder as the sandbox shows it (a symbolic link to a venv is not bound; the venv is),
