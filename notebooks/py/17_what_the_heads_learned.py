@@ -445,13 +445,12 @@ viz.plot_lines({f"layer 1, head {ind_head}, patched at one position": one_positi
                ylabel="share of the gap restored")
 
 # %% [markdown]
-# The two printed lines are the structural argument of the last section, made visible. Outside the repeat's
-# queries a one-position patch restores nothing: the induction head sits in the last layer, so what it writes at
-# position $t$ reaches only the logits at $t$, and those positions' predictions are not in the loss (nor is the
-# prediction of the last position, $2n$, which has no next token). For the same reason the one-position shares add
-# up to the share of patching all of the repeat's queries at once: in the last layer, patches at different
-# positions cannot interact. The curve shows how the copying is shared among the repeat's queries, each carrying
-# a small part of it.
+# The two printed lines make the argument above visible: a head of the last layer reaches only the logits of its
+# own position. Outside the repeat's queries a one-position patch restores nothing, since those positions'
+# predictions are not in the loss (nor is the prediction of the last position, $2n$, which has no next token). For
+# the same reason the one-position shares add up to the share of patching all of the repeat's queries at once: in
+# the last layer, patches at different positions cannot interact. The curve shows how the copying is shared among
+# the repeat's queries, each carrying a small part of it.
 
 # %% [markdown]
 # ## Part two: do cross-attention heads align words?
@@ -660,8 +659,8 @@ print(f"this sentence: AER {aer_of(predicted, sample.sure, sample.possible):.3f}
 # Here are both comparisons. For each translation head: how well it aligns ($1 - \text{AER}$, the row
 # convention that won above) against how much the loss on the 200 test sentences rises when the head is
 # mean-ablated. For each head of the copying model: its prefix-matching score, read with the `induction_score` that
-# the line after exercise 1 named, against the ablation rise measured above. Spearman's rank correlation $\rho$ (the Pearson correlation of the ranks) is $+1$ when the two
-# orders agree, $-1$ when they are reversed.
+# the line after exercise 1 named, against the ablation rise measured above. Spearman's rank correlation $\rho$ (the
+# Pearson correlation of the ranks) is $+1$ when the two orders agree, $-1$ when they are reversed.
 
 # %%
 def test_batch(pairs):
@@ -687,7 +686,7 @@ print(f"test loss {full_loss:.3f}; rise when one cross-attention head is mean-ab
 for layer in range(layers):
     print(f"  decoder layer {layer}: " + "  ".join(f"{v:+.3f}" for v in rise[layer].tolist()))
 rho_translation = spearman(aligns.flatten(), rise.flatten())
-rho_copying = spearman(prefix_scores.flatten(), ablation.flatten())  # scores read with your induction_score
+rho_copying = spearman(prefix_scores.flatten(), ablation.flatten())  # the scores read with score_of (exercise 1)
 p_translation = spearman_p_value(aligns.flatten(), rise.flatten())  # exact: all 8! pairings of the heads
 p_copying = spearman_p_value(prefix_scores.flatten(), ablation.flatten())
 print(f"Spearman rho, translation heads (1 - AER vs loss rise): {rho_translation:+.2f} (p = {p_translation:.2f})")
