@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tfm_lesson.checks import Mistake, check_arithmetic_intensity, check_online_softmax, check_tiled_attention
-from tfm_lesson.flash import flash_attention, online_softmax
+from tfm_lesson.flash import attention_lse, flash_attention, online_softmax
 
 
 # the online softmax -------------------------------------------------------------------------------------------------
@@ -428,3 +428,41 @@ def test_backward_returning_dv_transposed_named():
         return dq, dk, dv.transpose(-2, -1)  # dV^T = dO^T P, kept as (d, k_len)
     with pytest.raises(Mistake, match="grad_v has shape .*: dV's tile is \\(block_k, d\\), one row per key"):
         check_flash_backward(backward)
+
+
+# yours or the reference, downstream in the chapter --------------------------------------------------------------------
+def test_yours_or_reference_keeps_a_passing_chapter_18_piece_and_replaces_a_failing_one(capsys):
+    from tfm_lesson.checks import yours_or_reference
+
+    assert yours_or_reference(learner_backward, "flash_backward", say=True) is learner_backward
+    assert capsys.readouterr().out == "flash_backward: yours passes its check; the cells below use it\n"
+    unscaled = functools.partial(learner_backward, scale=False)
+    stand_in = yours_or_reference(unscaled, "flash_backward", say=True)
+    assert capsys.readouterr().out == ("flash_backward: yours does not pass its check yet; the reference version "
+                                       "stands in\n")  # one line: not the checker's message
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 7, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attention(*leaves, block_size=3, causal=True)
+    grad_out = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    want = torch.autograd.grad(out, leaves, grad_out)
+    lse = attention_lse(q, k, block_size=3, causal=True)
+    for got, w in zip(stand_in(q, k, v, out.detach(), lse, grad_out, 3, True, None), want):
+        assert torch.allclose(got, w, atol=1e-10)
+
+    assert yours_or_reference(learner_softmax, "online_softmax") is learner_softmax
+    assert capsys.readouterr().out == ""  # silent unless say=True
+    softmax = yours_or_reference(functools.partial(learner_softmax, rescale=False), "online_softmax")
+    assert "online_softmax: yours does not pass" in capsys.readouterr().out
+    x = torch.randn(3, 10, generator=g).masked_fill(torch.arange(10) < 4, float("-inf"))
+    x[1] = float("-inf")
+    assert torch.allclose(softmax(x, 3), torch.where(x.isinf().all(-1, keepdim=True), 0.0, x.softmax(-1)))
+
+    tiled = yours_or_reference(lambda q, k, v, block_size, causal=False, mask=None: None, "tiled_attention")
+    assert "tiled_attention: yours does not pass" in capsys.readouterr().out
+    q, k, v = (torch.randn(2, 2, 9, 8, generator=g) for _ in range(3))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert torch.allclose(tiled(q, k, v, 4, causal=True), sdpa(q, k, v, is_causal=True),
+                          atol=1e-6)
+    assert yours_or_reference(lambda *a: None, "intensity")(1, 4096, 4096, 2) == pytest.approx(
+        2 * 4096 * 4096 / ((4096 + 4096 * 4096 + 4096) * 2))

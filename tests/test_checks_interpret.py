@@ -310,3 +310,40 @@ def patch_axes_swapped(clean, corrupted, head, position):
 def test_learner_slips_named(check, bug, match):
     with pytest.raises(Mistake, match=match):
         check(bug)
+
+
+# yours or the reference, downstream in the chapter --------------------------------------------------------------------
+STANDS_IN = "{}: yours does not pass its check yet; the reference version stands in\n"
+USED = "{}: yours passes its check; the cells below use it\n"
+
+
+def test_yours_or_reference_keeps_a_passing_chapter_17_piece_and_replaces_a_failing_one(capsys):
+    from tfm_lesson.checks import yours_or_reference
+
+    assert yours_or_reference(aer_sets, "aer", say=True) is aer_sets
+    assert capsys.readouterr().out == USED.format("aer")  # one line: the checker's own is not shown
+    stand_in = yours_or_reference(aer_list, "aer", say=True)
+    assert capsys.readouterr().out == STANDS_IN.format("aer")
+    assert stand_in is not aer_list
+    a, s, p = [(0, 0), (0, 0), (1, 2)], [(0, 0), (1, 1)], [(0, 0), (1, 1), (1, 2)]
+    assert stand_in(a, s, p) == pytest.approx(aer_sets(a, s, p))  # the repeated link counted once
+    with pytest.raises(ValueError, match="undefined"):
+        stand_in([], [])
+
+    def first_half(attention, seg_len):  # the first half's queries: a named mistake
+        q = torch.arange(1, seg_len + 1)
+        return attention[..., q, q + seg_len - 1].mean(-1)
+    score = yours_or_reference(first_half, "induction_score")
+    assert capsys.readouterr().out == STANDS_IN.format("induction_score")
+    maps = torch.rand(2, 3, 9, 9, generator=torch.Generator().manual_seed(0)).softmax(-1)
+    assert torch.allclose(score(maps, 4), prefix_matching_scores(maps, 4))
+
+    def patch(clean, corrupted, head, position):
+        out = corrupted.clone()
+        out[:, position, head] = clean[:, position, head]
+        return out
+    assert yours_or_reference(patch, "patch") is patch and capsys.readouterr().out == ""  # silent unless say=True
+    swapped = yours_or_reference(lambda c, x, head, position: patch(x, c, head, position), "patch")
+    assert capsys.readouterr().out == STANDS_IN.format("patch")
+    clean, corrupted = torch.randn(2, 5, 3, 4), torch.randn(2, 5, 3, 4)
+    assert torch.equal(swapped(clean, corrupted, 1, 2), patch(clean, corrupted, 1, 2))

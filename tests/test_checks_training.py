@@ -257,12 +257,15 @@ def test_yours_or_reference_keeps_a_passing_piece_and_replaces_a_failing_one(cap
         return t[:, :-1], t[:, 1:]
     assert yours_or_reference(shift, "shift_targets") is shift
     assert capsys.readouterr().out == ""  # silent when yours passes
+    assert yours_or_reference(shift, "shift_targets", say=True) is shift
+    assert capsys.readouterr().out == "shift_targets: yours passes its check; the cells below use it\n"
     stand_in = yours_or_reference(lambda t: None, "shift_targets")
     assert "does not pass its check yet" in capsys.readouterr().out
     tgt = torch.tensor([[1, 5, 2, 0]])
     assert [x.tolist() for x in stand_in(tgt)] == [[[1, 5, 2]], [[5, 2, 0]]]
     for name in ("label_smoothing_loss", "noam_rate", "greedy_decode", "query_entropy", "heads_off",
-                 "rank_correlation"):
+                 "rank_correlation", "induction_score", "patch", "aer", "online_softmax", "tiled_attention",
+                 "intensity", "flash_backward"):  # every chapter's pieces, each declared by its checks module
         assert callable(yours_or_reference(lambda *a: None, name))
     with pytest.raises(ValueError, match="name must be one of"):
         yours_or_reference(shift, "nope")

@@ -264,6 +264,37 @@ def test_ablation_and_patching_by_hand():
         assert torch.allclose(m(clean), base_clean)  # hooks removed
 
 
+def test_patching_with_a_patch_function_of_ones_own():
+    """``patch=`` does the replacing one position at a time (chapter 17's exercise); one-position patches of the last
+    layer add up to patching them all at once, since nothing after it mixes positions."""
+    torch.manual_seed(0)
+    m = AttentionOnly(10, d_model=8, heads=2, num_layers=2, max_len=7).eval()
+    clean = repeated_tokens(2, 3, 10, torch.Generator().manual_seed(0))
+    corrupted = repeated_tokens(2, 3, 10, torch.Generator().manual_seed(1))
+    calls = []
+
+    def copy_slice(c, x, head, position):
+        calls.append(position)
+        out = x.clone()
+        out[:, position, head] = c[:, position, head]
+        return out
+
+    for positions in ([5], [4, 6], None):
+        calls.clear()
+        assert torch.equal(patch_head(m, clean, corrupted, 1, 1, positions=positions, patch=copy_slice),
+                           patch_head(m, clean, corrupted, 1, 1, positions=positions))
+        assert calls == (positions or list(range(7)))
+    with torch.no_grad():
+        base = m(corrupted)
+    one_at_a_time = sum(patch_head(m, clean, corrupted, 1, 0, positions=[p], patch=copy_slice) - base
+                        for p in range(7))
+    assert torch.allclose(one_at_a_time, patch_head(m, clean, corrupted, 1, 0) - base, atol=1e-5)
+    with pytest.raises(ValueError, match="patch must return a tensor shaped like"):
+        patch_head(m, clean, corrupted, 1, 0, patch=lambda c, x, head, position: None)
+    with pytest.raises(ValueError, match="patch must be a function"):
+        patch_head(m, clean, corrupted, 1, 0, patch="copy")
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(layer=2, head=0), "layer must be"), (dict(layer="nope", head=0), "not an attention module"),
     (dict(layer=0, head=2), "head must be"), (dict(layer=0, head=0, positions=[9]), "positions")])

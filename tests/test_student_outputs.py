@@ -35,6 +35,16 @@ def test_the_rule_follows_assignments_in_order():
     assert answer_dependent_cells(cells, _is_solution) == [2, 3, 4]
 
 
+def test_a_comprehension_variable_is_not_the_notebooks():
+    """``[f(l) for l in ...]`` in a dependent cell binds no ``l``: a later cell that loops over its own ``l`` does not
+    depend on the answers; a ``:=`` inside a comprehension does bind its name."""
+    cells = [_code("def f(a):\n    return a", tags=["solution"]),
+             _code("ys = [f(l) for l in range(2)]\nlast = [(n := f(l)) for l in range(2)]"),  # reads f: cleared
+             _code("print([l * 2 for l in range(3)])"),  # its own l: kept
+             _code("print(n)")]  # n was bound by := in a dependent statement: cleared
+    assert answer_dependent_cells(cells, _is_solution) == [1, 3]
+
+
 def test_chapter_10_student_copy_claims_nothing_for_work_not_done():
     nb = nbformat.read(ROOT / "notebooks" / "10_training_toy_tasks.ipynb", as_version=4)
     copy = student_copy(nb)

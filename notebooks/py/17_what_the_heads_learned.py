@@ -91,13 +91,14 @@ import torch.nn.functional as F
 
 import tfm_lesson as T
 from tfm_lesson import viz, widgets
-from tfm_lesson.checks import check_alignment_error_rate, check_induction_score, check_patch_position
+from tfm_lesson.checks import (check_alignment_error_rate, check_induction_score, check_patch_position,
+                               yours_or_reference)
 from tfm_lesson.data import load_task
 from tfm_lesson.data.alignments import generate_aligned
-from tfm_lesson.look.interpret import (AttentionOnly, ablate_head, alignment_error_rate, corpus_alignment_error_rate,
-                                  cross_attention_maps, extract_alignment, head_alignment_error_rates,
-                                  induction_scores, monotonic_alignment, patch_head, repeated_half_loss,
-                                  repeated_tokens, spearman, spearman_p_value)
+from tfm_lesson.look.interpret import (AttentionOnly, ablate_head, corpus_alignment_error_rate, cross_attention_maps,
+                                  extract_alignment, head_alignment_error_rates, induction_scores,
+                                  monotonic_alignment, patch_head, repeated_half_loss, repeated_tokens, spearman,
+                                  spearman_p_value)
 from tfm_lesson.train.recipes import RECIPES
 from tfm_lesson.train.loop import make_model, train
 
@@ -299,6 +300,22 @@ def induction_score(attention, seg_len):
 check_induction_score(induction_score)
 
 # %% [markdown]
+# Now score the trained model with your function: every head of both layers, on the 64 sequences that
+# `induction_scores` drew for the table above (seed 1). The first line the cell prints says whose `induction_score`
+# it uses: yours once it passes its check; until then the package's stands in. The comparison of scores with
+# interventions at the end of the chapter uses the scores it computes here.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+score_of = yours_or_reference(induction_score, "induction_score", say=True)
+tokens = repeated_tokens(64, SEG, VOCAB, torch.Generator().manual_seed(1))  # the batch induction_scores drew
+with torch.no_grad(), T.record_attention(toy) as seen:
+    toy(tokens)
+prefix_scores = torch.stack([score_of(seen.get(layer=l), SEG).mean(0) for l in range(2)])  # (layers, heads)
+print("equal to the prefix-matching rows of the table above:",
+      torch.allclose(prefix_scores, after["prefix_matching"], atol=1e-5))
+
+# %% [markdown]
 # ### Confirm by ablation
 #
 # Scores say where a head looks. To see whether the model *needs* it, replace each head's output by its mean
@@ -407,6 +424,33 @@ def patch(clean, corrupted, head, position):
 # %%
 # NBVAL_CHECK_OUTPUT
 check_patch_position(patch)
+
+# %% [markdown]
+# Now patch with your function. Given `patch=`, `patch_head` hands the replacing to it, once per position, with
+# the clean run's and the corrupted run's head outputs; the first line the cell prints says whose `patch` it is.
+# Patch the induction head at **one** query position at a time, every position of the sequence in turn, and
+# measure the share of the gap that each one restores.
+
+# %% mystnb={"image": {"alt": "Line chart of the share of the gap restored when the induction head is patched at one query position at a time: zero over the whole first half and at the last position, a small positive share at each of the repeat's other queries."}}
+patch_fn = yours_or_reference(patch, "patch", say=True)
+positions = list(range(1 + 2 * SEG))
+one_position = torch.tensor([restored(patch_head(toy, clean, corrupted, 1, ind_head, positions=[t], patch=patch_fn))
+                             for t in positions])                   # (positions,) share of the gap restored
+elsewhere = [t for t in positions if t not in repeat_queries]
+print(f"largest share at a position outside the repeat's queries: {one_position[elsewhere].abs().max():.3f}")
+print(f"the shares of the repeat's queries add up to {one_position[repeat_queries].sum():.3f}; "
+      f"patched at all of them at once (above): {patching[1, ind_head]:.3f}")
+viz.plot_lines({f"layer 1, head {ind_head}, patched at one position": one_position.tolist()}, x=positions,
+               title="Share of the gap restored by one position of the induction head", xlabel="query position",
+               ylabel="share of the gap restored")
+
+# %% [markdown]
+# The two printed lines make the argument above visible: a head of the last layer reaches only the logits of its
+# own position. Outside the repeat's queries a one-position patch restores nothing, since those positions'
+# predictions are not in the loss (nor is the prediction of the last position, $2n$, which has no next token). For
+# the same reason the one-position shares add up to the share of patching all of the repeat's queries at once: in
+# the last layer, patches at different positions cannot interact. The curve shows how the copying is shared among
+# the repeat's queries, each carrying a small part of it.
 
 # %% [markdown]
 # ## Part two: do cross-attention heads align words?
@@ -567,7 +611,6 @@ maps = cross_attention_maps(model, src_ids, tgt_ids)               # (layers, he
 rows = maps[best_layer, best_head, best_shift:best_shift + len(sample.fr_tokens)]  # one row per French word
 predicted = extract_alignment(rows, source_len=len(sample.en_tokens))
 print(sample.en, "->", sample.fr)
-print(f"this sentence: AER {alignment_error_rate(predicted, sample.sure, sample.possible):.3f}")
 viz.show_alignment(rows, sample.sure, sample.possible, x_tokens=list(sample.en_tokens) + ["</s>"],
                    y_tokens=list(sample.fr_tokens), title=f"Decoder layer {best_layer}, head {best_head} "
                    f"(shift={best_shift}), gold links framed", xlabel="English (key)", ylabel="French word")
@@ -577,6 +620,17 @@ viz.show_alignment(rows, sample.sure, sample.possible, x_tokens=list(sample.en_t
 # inside a frame; the crossing of English adjective–noun order into French noun–adjective order shows as
 # frames that leave the diagonal and swap places, and a verb group as a block of dashed frames.
 #
+# Score this sentence with your `aer`: the head's alignment drawn above, and the monotonic baseline on the same
+# sentence. The first line the cell prints says whose `aer` it uses (yours once it passes its check, else the
+# package's).
+
+# %%
+aer_of = yours_or_reference(aer, "aer", say=True)
+straight = monotonic_alignment(len(sample.fr_tokens), len(sample.en_tokens))
+print(f"this sentence: AER {aer_of(predicted, sample.sure, sample.possible):.3f} for decoder layer {best_layer}, "
+      f"head {best_head}; {aer_of(straight, sample.sure, sample.possible):.3f} for the monotonic baseline")
+
+# %% [markdown]
 # ## Is attention an explanation?
 #
 # Both parts measured two things about the same heads: what the attention points at (a score read off the maps)
@@ -604,9 +658,9 @@ viz.show_alignment(rows, sample.sure, sample.possible, x_tokens=list(sample.en_t
 #
 # Here are both comparisons. For each translation head: how well it aligns ($1 - \text{AER}$, the row
 # convention that won above) against how much the loss on the 200 test sentences rises when the head is
-# mean-ablated. For each head of the copying model: its prefix-matching score against the ablation rise
-# measured above. Spearman's rank correlation $\rho$ (the Pearson correlation of the ranks) is $+1$ when the two
-# orders agree, $-1$ when they are reversed.
+# mean-ablated. For each head of the copying model: its prefix-matching score, read with the `induction_score` that
+# the line after exercise 1 named, against the ablation rise measured above. Spearman's rank correlation $\rho$ (the
+# Pearson correlation of the ranks) is $+1$ when the two orders agree, $-1$ when they are reversed.
 
 # %%
 def test_batch(pairs):
@@ -632,9 +686,9 @@ print(f"test loss {full_loss:.3f}; rise when one cross-attention head is mean-ab
 for layer in range(layers):
     print(f"  decoder layer {layer}: " + "  ".join(f"{v:+.3f}" for v in rise[layer].tolist()))
 rho_translation = spearman(aligns.flatten(), rise.flatten())
-rho_copying = spearman(after["prefix_matching"].flatten(), ablation.flatten())
+rho_copying = spearman(prefix_scores.flatten(), ablation.flatten())  # the scores read with score_of (exercise 1)
 p_translation = spearman_p_value(aligns.flatten(), rise.flatten())  # exact: all 8! pairings of the heads
-p_copying = spearman_p_value(after["prefix_matching"].flatten(), ablation.flatten())
+p_copying = spearman_p_value(prefix_scores.flatten(), ablation.flatten())
 print(f"Spearman rho, translation heads (1 - AER vs loss rise): {rho_translation:+.2f} (p = {p_translation:.2f})")
 print(f"Spearman rho, copying-model heads (prefix matching vs loss rise): {rho_copying:+.2f} (p = {p_copying:.2f})")
 
@@ -642,7 +696,7 @@ print(f"Spearman rho, copying-model heads (prefix matching vs loss rise): {rho_c
 fig = viz.Figure(figsize=(9, 3.4), dpi=viz.DPI, layout="constrained")
 for ax, xs, ys, title, xlabel in zip(
         fig.subplots(1, 2),
-        (aligns.flatten(), after["prefix_matching"].flatten()), (rise.flatten(), ablation.flatten()),
+        (aligns.flatten(), prefix_scores.flatten()), (rise.flatten(), ablation.flatten()),
         (f"translation heads, rho = {rho_translation:+.2f}", f"copying-model heads, rho = {rho_copying:+.2f}"),
         ("1 - AER (how well the map aligns)", "prefix-matching score")):
     ax.scatter(xs.tolist(), ys.tolist(), color=viz.PALETTE[0])

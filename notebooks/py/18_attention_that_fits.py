@@ -94,7 +94,7 @@ import tfm_lesson as T
 from tfm_lesson import viz
 from tfm_lesson.attention import scaled_dot_product_attention
 from tfm_lesson.checks import (check_arithmetic_intensity, check_flash_backward, check_online_softmax,
-                               check_tiled_attention)
+                               check_tiled_attention, yours_or_reference)
 from tfm_lesson.flash import attention_lse, flash_attention, online_softmax
 from tfm_lesson.look.memory import peak_tensor_bytes, resident_peak_rise
 
@@ -594,6 +594,23 @@ def my_online_softmax(x, block_size):
 check_online_softmax(my_online_softmax)
 
 # %% [markdown]
+# Attention asks nothing more of a softmax. Use yours as the softmax of chapter 01's explicit attention, on scores
+# with a causal mask and one query that sees no key, and compare with `flash_attention`. The first line the cell
+# prints says whose `my_online_softmax` it uses: yours once it passes its check; until then the package's
+# `online_softmax` stands in.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+softmax_by_blocks = yours_or_reference(my_online_softmax, "online_softmax", say=True)
+q, k, v = (torch.randn(2, 4, 48, 32) for _ in range(3))
+visible = T.causal_mask(48).repeat(2, 4, 1, 1)  # (batch, heads, q_len, k_len)
+visible[0, 2, 10] = False  # query 10 of head 2 of the first sequence sees no key
+scores = (q @ k.transpose(-2, -1) / math.sqrt(32)).masked_fill(~visible, float("-inf"))  # (2, 4, 48, 48)
+out = softmax_by_blocks(scores, 16) @ v  # (2, 4, 48, 32)
+print("no NaN:", not out.isnan().any().item(), "| the query that sees no key gets 0:", bool((out[0, 2, 10] == 0).all()))
+print("equal to flash_attention:", torch.allclose(out, flash_attention(q, k, v, visible, block_size=16), atol=1e-6))
+
+# %% [markdown]
 # ### Exercise 2: tiled attention, with the causal offset
 # **Difficulty** 3/3 · **Importance** 3/3 · **Time** ~25 min
 #
@@ -648,6 +665,30 @@ def my_tiled_attention(query, key, value, block_size, causal=False, mask=None):
 check_tiled_attention(my_tiled_attention)
 
 # %% [markdown]
+# Now measure yours as the memory section measured the package's: the peak bytes of one call, one head,
+# $d_k = 64$, float32, tiles of 128, under `torch.no_grad()`, at the same lengths. The first line the cell prints
+# says whose `my_tiled_attention` it measures.
+
+# %%
+tiled_by = yours_or_reference(my_tiled_attention, "tiled_attention", say=True)
+who = "tiled (yours)" if tiled_by is my_tiled_attention else "tiled (the package's, standing in)"
+tiled_peaks = []
+with torch.no_grad():
+    for length in lengths:
+        q, k, v = (torch.randn(1, 1, length, 64) for _ in range(3))
+        tiled_peaks.append(peak_tensor_bytes(tiled_by, q, k, v, 128))
+print("peak bytes of the call (MiB)      " + "".join(f"{n:>9,}" for n in lengths))
+for name, row in ((who, tiled_peaks), ("tiled (flash_attention)", peaks["tiled (flash_attention, tiles of 128)"]),
+                  ("explicit (chapter 01)", peaks["explicit (chapter 01)"])):
+    print(f"{name:<38}" + "".join(f"{b / 2**20:9.2f}" for b in row))
+print(f"the (length, length) float32 matrix" + "".join(f"{n * n * 4 / 2**20:9.2f}" for n in lengths))
+
+# %% [markdown]
+# The first row of the table is the function the first line named. Compare it with the package's row below it and
+# with the explicit path's: a function that keeps only one tile of scores at a time, as the exercise asks, grows like
+# the package's, with the length, and stays far below the square matrix of the last row.
+
+# %% [markdown]
 # ### Exercise 3: arithmetic intensity
 # **Difficulty** 1/3 · **Importance** 2/3 · **Time** ~5 min
 #
@@ -673,6 +714,17 @@ def intensity(m, k, n, bytes_per_number):
 # %%
 # NBVAL_CHECK_OUTPUT
 check_arithmetic_intensity(intensity)
+
+# %% [markdown]
+# The comparison the exercise asks for, computed with your function (the first line says whose):
+
+# %%
+flops_per_byte = yours_or_reference(intensity, "intensity", say=True)
+knee = peak_gflops / bandwidth_gbs  # FLOPs per byte, from the roofline cell (float32)
+for what, m in (("a decode step, 1 token", 1), ("a prefill of 512 tokens", 512)):
+    value = flops_per_byte(m, 4096, 4096, 2)
+    print(f"{what}, float16: {value:.1f} FLOPs per byte, {'left' if value < knee else 'right'} of this "
+          f"machine's knee ({knee:.1f})")
 
 # %% [markdown]
 # ### Exercise 4: the backward pass by recomputation
@@ -723,6 +775,62 @@ def my_flash_backward(q, k, v, out, lse, grad_out, block_size, causal=False, mas
 # %%
 # NBVAL_CHECK_OUTPUT
 check_flash_backward(my_flash_backward)
+
+# %% [markdown]
+# Put your backward pass to work. A `torch.autograd.Function` pairs a forward pass with a backward pass of your
+# choosing; below, the package's tiled forward (`flash_attention`, and `attention_lse` for the log-sum-exp it
+# saves) with the backward pass that the first printed line names: yours once it passes its check, else the
+# package's. From then on autograd calls it like any other operation. First its gradients against the explicit
+# path's, causal, with fewer queries than keys:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+backward_by = yours_or_reference(my_flash_backward, "flash_backward", say=True)
+
+
+class TiledAttention(torch.autograd.Function):
+    """flash_attention's forward pass; the backward pass by `backward_by`, from the saved output and log-sum-exp."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, block_size, causal):
+        out = flash_attention(query, key, value, block_size=block_size, causal=causal)
+        lse = attention_lse(query, key, block_size=block_size, causal=causal)  # (batch, heads, q_len)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.block_size, ctx.causal = block_size, causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, key, value, out, lse = ctx.saved_tensors
+        grads = backward_by(query, key, value, out, lse, grad_out, ctx.block_size, ctx.causal, None)
+        return (*grads, None, None)  # nothing for block_size and causal
+
+
+q = torch.randn(1, 2, 60, 16, dtype=torch.float64, requires_grad=True)  # 60 queries: the last 60 of 100 positions
+k, v = (torch.randn(1, 2, 100, 16, dtype=torch.float64, requires_grad=True) for _ in range(2))
+grad_out = torch.randn(1, 2, 60, 16, dtype=torch.float64)
+tiled_grads = torch.autograd.grad(TiledAttention.apply(q, k, v, 32, True), (q, k, v), grad_out)
+later = torch.ones(60, 100, dtype=torch.bool).tril(diagonal=40)  # query i sees keys 0 .. i + 40
+explicit_grads = torch.autograd.grad(scaled_dot_product_attention(q, k, v, later)[0], (q, k, v), grad_out)
+for name, a, b in zip(("dQ", "dK", "dV"), tiled_grads, explicit_grads):
+    print(f"{name} equal to the explicit path's:", torch.allclose(a, b, atol=1e-10))
+
+# %% [markdown]
+# And the memory of a forward and a backward pass at 2,048 tokens, as in the section on gradients (here in
+# float64, the dtype your backward pass was checked in):
+
+# %%
+length = 2048
+q, k, v = (torch.randn(1, 1, length, 64, dtype=torch.float64, requires_grad=True) for _ in range(3))
+for name, fn in (("explicit (chapter 01)", methods["explicit (chapter 01)"]),
+                 ("tiled, with the backward named above", lambda q, k, v: TiledAttention.apply(q, k, v, 128, False))):
+    print(f"{name:<38} forward + backward peak {peak_tensor_bytes(forward_backward, fn) / 2**20:7.2f} MiB")
+print(f"the ({length}, {length}) float64 matrix: {length * length * 8 / 2**20:.0f} MiB")
+
+# %% [markdown]
+# Compare the two peaks with the square matrix printed below them: the explicit path holds several such matrices at
+# once, while the tiled forward pass with the backward pass named above holds the inputs' gradients, the saved
+# output and log-sum-exp, and one tile at a time.
 
 # %% [markdown]
 # ## Check your understanding

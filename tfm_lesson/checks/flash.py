@@ -256,3 +256,26 @@ def check_arithmetic_intensity(fn: Callable) -> None:
         raise Mistake(f"{what} returned {got:.4g}, expected 2*m*k*n / ((m*k + k*n + m*n) * bytes) = {want:.4g}")
     passed("check_arithmetic_intensity", f"{len(cases)} products, a matrix-vector one among them, match "
                                          "2 m k n / ((m k + k n + m n) x bytes)")
+
+
+# the reference pieces, for a chapter whose later cells need working pieces ----------------------------------------
+def _ref_online_softmax(x: Tensor, block_size: int) -> Tensor:
+    from ..flash import online_softmax
+
+    return online_softmax(x, block_size)
+
+
+def _ref_tiled_attention(query: Tensor, key: Tensor, value: Tensor, block_size: int, causal: bool = False,
+                         mask: Tensor | None = None) -> Tensor:
+    from ..flash import flash_attention
+
+    return flash_attention(query, key, value, mask, block_size=block_size, causal=causal)
+
+
+def _ref_intensity(m: int, k: int, n: int, bytes_per_number: int) -> float:
+    return 2 * m * k * n / ((m * k + k * n + m * n) * bytes_per_number)
+
+
+PIECES = {"online_softmax": (check_online_softmax, _ref_online_softmax),
+          "tiled_attention": (check_tiled_attention, _ref_tiled_attention),
+          "intensity": (check_arithmetic_intensity, _ref_intensity)}

@@ -199,3 +199,14 @@ def _check_memory(fn: Callable) -> None:
                           f"({square / 1024:.0f} KiB) or more: it builds the whole probability (or score) matrix. "
                           "Recompute one (block, block) tile of P = exp(S - lse) at a time and add its share to "
                           "dQ, dK and dV")
+
+
+# the reference piece, for a chapter whose later cells need working pieces -----------------------------------------
+def _ref_flash_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, block_size: int,
+                        causal: bool = False, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    from ..flash import _as_4d, _backward
+
+    return _backward(grad_out, q, k, v, out, lse, _as_4d(mask), causal, block_size)
+
+
+PIECES = {"flash_backward": (check_flash_backward, _ref_flash_backward)}

@@ -369,3 +369,27 @@ def check_patch_position(fn: Callable) -> None:
                           f"(`:` on the first axis, [:, {position}, {head}])")
         raise Mistake(f"{what}: the patched values are not clean[:, {position}, {head}]")
     passed("check_patch_position", "one head at one query position copied from the clean run, inputs untouched")
+
+
+# the reference pieces, for a chapter whose later cells need working pieces ----------------------------------------
+def _ref_aer(predicted, sure, possible=None) -> float:
+    a, s = set(predicted), set(sure)  # sets: a repeated link counts once
+    p = s if possible is None else set(possible) | s
+    if not a and not s:
+        raise ValueError("AER is undefined when both predicted and sure are empty")
+    return _aer(a, s, p)
+
+
+def _ref_induction_score(attention: Tensor, seg_len: int) -> Tensor:
+    return _score(attention, seg_len)
+
+
+def _ref_patch(clean: Tensor, corrupted: Tensor, head: int, position: int) -> Tensor:
+    out = corrupted.clone()  # (batch, len, heads, d_k)
+    out[:, position, head] = clean[:, position, head]
+    return out
+
+
+PIECES = {"aer": (check_alignment_error_rate, _ref_aer),
+          "induction_score": (check_induction_score, _ref_induction_score),
+          "patch": (check_patch_position, _ref_patch)}

@@ -9,7 +9,7 @@
 - ``check_greedy_decode(fn)``: ``fn(model, src, max_len, bos_id, eos_id)`` -> tokens ``(batch, 1 + n)``.
 
 The training step lives in :mod:`.train_step`, greedy decoding in :mod:`.greedy`; ``yours_or_reference`` here hands
-out every chapter's reference pieces.
+out every chapter's pieces: a checks module declares its own as ``PIECES = {name: (checker, reference)}``.
 """
 from __future__ import annotations
 
@@ -276,23 +276,38 @@ def _ref_greedy(model: nn.Module, src: Tensor, max_len: int, bos_id: int, eos_id
     return greedy_decode(model, src, max_len, bos_id, eos_id)
 
 
-_PIECES = {"shift_targets": (check_shift_targets, _ref_shift),
-           "label_smoothing_loss": (check_label_smoothing_loss, _ref_loss),
-           "noam_rate": (check_noam_rate, _ref_noam),
-           "train_step": (check_train_step, _reference_step),
-           "greedy_decode": (check_greedy_decode, _ref_greedy)}
+PIECES = {"shift_targets": (check_shift_targets, _ref_shift),
+          "label_smoothing_loss": (check_label_smoothing_loss, _ref_loss),
+          "noam_rate": (check_noam_rate, _ref_noam),
+          "train_step": (check_train_step, _reference_step),
+          "greedy_decode": (check_greedy_decode, _ref_greedy)}
 
 
-def yours_or_reference(fn: Callable, name: str) -> Callable:
-    """``fn`` when it passes its checker (silently), else the checker's reference ``name`` with a line that says
-    so: a chapter built from your pieces still runs while one of them is unfinished."""
+def _all_pieces() -> dict[str, tuple[Callable, Callable]]:
+    """Every piece a checks module declares in its ``PIECES``: ``{name: (checker, reference)}``."""
+    import importlib
+    import pkgutil
+
+    package = importlib.import_module(__package__)
+    pieces: dict[str, tuple[Callable, Callable]] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        for name, piece in getattr(importlib.import_module(f"{__package__}.{info.name}"), "PIECES", {}).items():
+            if name in pieces:
+                raise RuntimeError(f"two checks modules declare the piece {name!r}")
+            pieces[name] = piece
+    return pieces
+
+
+def yours_or_reference(fn: Callable, name: str, say: bool = False) -> Callable:
+    """``fn`` when it passes its checker, else the checker's reference ``name`` with a line that says so: a chapter
+    built from your pieces still runs while one of them is unfinished. ``say=True``: a line when yours is used too,
+    so that the chapter can point at it. The checker's own lines are not shown."""
     import contextlib
     import io
 
-    from .decoding import PIECES as decoding_pieces
-    from .inside import PIECES as inside_pieces
-
-    pieces = {**_PIECES, **decoding_pieces, **inside_pieces}
+    pieces = _all_pieces()
     if name not in pieces:
         raise ValueError(f"name must be one of {sorted(pieces)}, got {name!r}")
     check, reference = pieces[name]
@@ -302,6 +317,8 @@ def yours_or_reference(fn: Callable, name: str) -> Callable:
     except Mistake:
         print(f"{name}: yours does not pass its check yet; the reference version stands in")
         return reference
+    if say:
+        print(f"{name}: yours passes its check; the cells below use it")
     return fn
 
 

@@ -14,13 +14,17 @@ from typing import Any
 
 def _defined(tree: ast.AST) -> set[str]:
     """The names a cell binds at top level (functions, classes, assignment and loop targets, imports); the local
-    names inside its functions and classes are theirs, not the notebook's."""
+    names inside its functions, classes and comprehensions are theirs, not the notebook's (``[f(l) for l in ...]``
+    binds no ``l``; a ``:=`` inside it does bind its name)."""
     names: set[str] = set()
     todo = list(getattr(tree, "body", []))
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
+            continue
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            todo.extend(n.target for n in ast.walk(node) if isinstance(n, ast.NamedExpr))
             continue
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)

@@ -59,6 +59,10 @@ def _on_heads(module: MultiHeadAttention, edit: Callable[[Tensor], Tensor]) -> I
         handle.remove()
 
 
+def _shape_of(x: object) -> str:
+    return str(tuple(x.shape)) if isinstance(x, Tensor) else type(x).__name__
+
+
 def _run(model: nn.Module, inputs) -> Tensor:
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     with torch.no_grad():
@@ -116,13 +120,19 @@ def ablate_head(model: nn.Module, inputs, layer: int | str, head: int, mode: str
         model.train(model_was)
 
 
-def patch_head(model: nn.Module, clean, corrupted, layer: int | str, head: int, positions=None) -> Tensor:
+def patch_head(model: nn.Module, clean, corrupted, layer: int | str, head: int, positions=None,
+               patch: Callable[[Tensor, Tensor, int, int], Tensor] | None = None) -> Tensor:
     """Activation patching: ``model(*corrupted)`` with the output of ``head`` at ``layer`` replaced, at the query
     ``positions`` (default all), by its output on the ``clean`` input. Returns the patched output.
 
-    ``clean`` and ``corrupted`` must have the same shapes (the same positions exist in both runs).
+    ``clean`` and ``corrupted`` must have the same shapes (the same positions exist in both runs). ``patch``, if
+    given, does the replacing, one position at a time: ``patch(clean_heads, corrupted_heads, head, position)`` ->
+    a patched copy of ``corrupted_heads`` (both ``(batch, len, heads, d_k)``), chapter 17's exercise.
     """
     module = _module(model, layer, head)
+    if patch is not None and not callable(patch):
+        raise ValueError(f"patch must be a function patch(clean, corrupted, head, position), got "
+                         f"{type(patch).__name__}")
     c_args = clean if isinstance(clean, tuple) else (clean,)
     x_args = corrupted if isinstance(corrupted, tuple) else (corrupted,)
     if len(c_args) != len(x_args) or any(a.shape != b.shape for a, b in zip(c_args, x_args)):
@@ -134,9 +144,16 @@ def patch_head(model: nn.Module, clean, corrupted, layer: int | str, head: int, 
         source = head_outputs(model, clean, layer)  # (batch, len, heads, d_k)
 
         def edit(h: Tensor) -> Tensor:
-            h = h.clone()
             where = _positions(positions, h.size(1))
-            h[:, where, head] = source[:, where, head]
+            if patch is None:
+                h = h.clone()
+                h[:, where, head] = source[:, where, head]
+                return h
+            for position in (range(h.size(1)) if isinstance(where, slice) else where):
+                h = patch(source, h, head, position)
+                if not isinstance(h, Tensor) or h.shape != source.shape:
+                    raise ValueError(f"patch must return a tensor shaped like the heads' outputs "
+                                     f"{tuple(source.shape)}, got {_shape_of(h)}")
             return h
 
         with _on_heads(module, edit):
