@@ -238,7 +238,7 @@ print(f"the repeated half's loss first falls below half of the first half's at s
 # tokens are random, and nothing can be learnt about them. (Once the model copies, it even rises above it:
 # compare the first half's final loss with the uniform guess, both printed by the training cell. The model now
 # bets on tokens it has already seen, a bad bet in a random first half.) The loss on
-# the repeated half stays flat for hundreds of steps, then falls steeply (the cell above prints the step where
+# the repeated half falls only slowly for hundreds of steps, then steeply (the cell above prints the step where
 # it crosses half of the first half's loss). The two scores rise at the same moment: the previous-token head
 # and the induction head form *together*, as the K-composition argument predicts, since neither is any use
 # without the other. That sudden drop is the phase change of Olsson et al., in miniature.
@@ -496,7 +496,8 @@ for f, token in enumerate(shown.fr_tokens):
 # **Difficulty** 1/3 · **Importance** 3/3 · **Time** ~10 min
 #
 # Write `aer(predicted, sure, possible=None)` for one sentence; with `possible=None`, $P = S$. The inputs may be
-# lists, and any of the three may name a link twice.
+# lists, and any of the three may name a link twice: count such a link once, or refuse the input with a
+# `ValueError` (the package's `alignment_error_rate` refuses); the checker accepts either.
 
 # %%
 def aer(predicted, sure, possible=None):
@@ -699,23 +700,39 @@ for ax, xs, ys, title, xlabel in zip(
         (aligns.flatten(), prefix_scores.flatten()), (rise.flatten(), ablation.flatten()),
         (f"translation heads, rho = {rho_translation:+.2f}", f"copying-model heads, rho = {rho_copying:+.2f}"),
         ("1 - AER (how well the map aligns)", "prefix-matching score")):
-    ax.scatter(xs.tolist(), ys.tolist(), color=viz.PALETTE[0])
-    for k, (x_, y_) in enumerate(zip(xs.tolist(), ys.tolist())):
-        ax.annotate(f"{k // 4}.{k % 4}", (x_, y_), fontsize=viz.FONT - 1, xytext=(3, 3), textcoords="offset points")
+    xs, ys = xs.tolist(), ys.tolist()
+    for layer in (0, 1):
+        ax.scatter(xs[4 * layer:4 * layer + 4], ys[4 * layer:4 * layer + 4], color=viz.PALETTE[layer],
+                   label=f"layer {layer}")
+    ax.legend(fontsize=viz.FONT - 1, loc="center")
+    x_span, y_span = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    groups: list[list[int]] = []  # heads whose points nearly coincide share one label, listed left to right
+    for k in sorted(range(len(xs)), key=xs.__getitem__):
+        near = [g for g in groups if any(abs(xs[k] - xs[j]) < 0.08 * x_span and abs(ys[k] - ys[j]) < 0.08 * y_span
+                                         for j in g)]
+        (near[0].append(k) if near else groups.append([k]))
+    for g in groups:
+        right = xs[g[0]] > min(xs) + x_span / 2  # near the right edge, the label runs leftwards
+        anchor = (max(xs[j] for j in g) if right else min(xs[j] for j in g), max(ys[j] for j in g))
+        ax.annotate(", ".join(f"{j // 4}.{j % 4}" for j in g), anchor, fontsize=viz.FONT - 1,
+                    xytext=(-3 if right else 3, 5), textcoords="offset points", ha="right" if right else "left")
     ax.set_title(title, fontsize=viz.FONT + 1)
     ax.set_xlabel(xlabel, fontsize=viz.FONT)
     ax.set_ylabel("loss rise when ablated", fontsize=viz.FONT)
 fig
 
 # %% [markdown]
-# Each point is a head, labelled layer.head. The cell above the figure prints both rank correlations, each
+# Each point is a head, labelled layer.head (heads whose points nearly coincide share one label, listed left to
+# right). The cell above the figure prints both rank correlations, each
 # with its **p-value**: the share of all $8! = 40{,}320$ ways of pairing the eight scores with the eight loss
 # rises at random that give a $\rho$ at least as far from 0. A small p-value says a ranking this alike is rare
 # by chance alone; with eight heads, $|\rho|$ must reach about 0.74 for $p$ to fall below 0.05.
 #
-# Read the translation model's $\rho$ with that in mind. The same seed, trained under PyTorch's three CPU
-# kernel settings on one machine (`ATEN_CPU_CAPABILITY` = `default`, `avx2`, `avx512`; they round sums
-# differently), gave $\rho$ = +0.57 twice (p = 0.15) and +0.79 once (p = 0.03): the sign held, the
+# Read the translation model's $\rho$ with that in mind; yours is printed above. This model was also trained
+# from the same seed three times on one machine, each time with PyTorch's CPU code for a different family of
+# vector instructions (chosen by the environment variable `ATEN_CPU_CAPABILITY`: `default`, `avx2`, `avx512`).
+# They add numbers in different orders, so the last digits of every sum differ and the runs drift apart a
+# little. Those three runs gave $\rho$ = +0.57 twice (p = 0.15) and +0.79 once (p = 0.03): the sign held, the
 # significance did not. What held in all three runs is coarser: the four heads of the last decoder layer align
 # far better than the four of the first (their AER 0.04 to 0.16, the first layer's 0.40 to 0.57) and each costs
 # more to remove. Eight heads of one model cannot say whether alignment and importance go together *within* a
@@ -727,9 +744,9 @@ fig
 #   smoothing, which keeps them far higher even for a good model). Removing any one of them raises the test loss
 #   by a fraction of itself, nowhere near the level of an untrained model: each head aligns, and none is needed
 #   alone, because its neighbours align too. (Voita et al. and Michel et al. pruned the decoder's self-attention
-#   and encoder-decoder attention heads as well as the encoder's, and Michel et al. found encoder-decoder attention
-#   *more* dependent on having several heads than self-attention, but by pruning many heads at once; removing one
-#   head at a time, as here, does not test that.)
+#   and encoder-decoder attention heads as well as the encoder's, and both found encoder-decoder attention *more*
+#   dependent on having several heads than self-attention (Voita et al.; Michel et al., on machine
+#   translation), but by pruning many heads at once; removing one head at a time, as here, does not test that.)
 # - **One score sees one pattern.** In the copying model, the previous-token head named above (in layer 0) is the
 #   costliest to remove, yet its prefix-matching score is as low as that of heads that do nothing: its job is
 #   another pattern, which this attention score was not built to see. A ranking by one attention score would
@@ -760,7 +777,8 @@ widgets.head_scores_explorer(views, layer=best_layer, head=best_head)
 # %% [markdown]
 # ## Try this
 #
-# 1. Train the copying model with one fixed segment length (`seg_len = SEG` every step). Does a previous-token
+# 1. Train the copying model with one fixed segment length (add `seg_len = SEG` right after the line of the
+#    training loop that draws the length). Does a previous-token
 #    head still form? What does the best layer-1 head attend to, and does the ablation table change?
 # 2. Score alignments with `extract_alignment(..., "threshold", 0.3)` instead of the argmax. Which heads gain,
 #    and why does a head that spreads its weight over a verb group benefit?

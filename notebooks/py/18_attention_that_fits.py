@@ -35,7 +35,8 @@
 #   ("tiles") of queries meet tiles of keys, with a running maximum, a running sum and an output accumulator per
 #   query, normalised once at the end; causal masks with the tile's **offset** in the sequence; queries that see
 #   no key;
-# - the **backward pass by recomputation**: keep only the output and one number per query (the log-sum-exp),
+# - the **backward pass by recomputation**: keep, besides $Q$, $K$ and $V$, only the output and one number per
+#   query (the log-sum-exp),
 #   rebuild each tile of probabilities when the gradient needs it; checked against autograd in float64;
 # - the **memory**, measured: the explicit path's peak grows with the square of the length, the tiled one with
 #   the length; and the time, honestly: a Python loop of tiles is slow on a CPU;
