@@ -33,9 +33,12 @@ from typing import Any
 from .._io import atomic_open
 from .cells import CourseError, write_notebook
 from .exercises import Exercise, exercises
+from .export_quiz import nbgrader_quiz_test, otter_quiz_tests, quiz_points
 from .export_record import check_targets, remember
 from .kernel_watchdog import GRACE, KernelWatchdog
 from .location import install_sources
+from .quiz import QUIZ_CALL, is_quiz_cell
+from .quiz_hand_in import hand_in_source
 from .solution_form import unfold
 
 __all__ = ["OtterCellTimeLimit", "course_requirements", "export", "nbgrader_notebook", "otter_notebook"]
@@ -110,8 +113,21 @@ def nbgrader_notebook(chapter: Any) -> Any:
             cells.append(test)
         else:
             cells.append(_meta(_clean(cell), grade=False, grade_id=f"cell-{i + 1}", locked=True, solution=False))
+        if is_quiz_cell(cell):  # the learner's hand-in (no nbgrader metadata: nbgrader keeps it as written) and its test
+            cid = QUIZ_CALL.search(cell["source"]).group(1)
+            cells += [_hand_in(cell, cid), _meta(_code(nbgrader_quiz_test(cid)), grade=True, grade_id=f"quiz{cid}",
+                                                 locked=True, solution=False, points=quiz_points(cid))]
     out["cells"] = cells
     return out
+
+
+def _hand_in(quiz_cell: Any, cid: str) -> Any:
+    """The cell a learner hands the quiz in with, tagged as in a student copy (:mod:`.quiz_hand_in`)."""
+    from .quiz_hand_in import HAND_IN_TAG
+
+    cell = _code(hand_in_source(quiz_cell["source"], cid))
+    cell.metadata["tags"] = [HAND_IN_TAG]
+    return cell
 
 
 def _yaml(value: str) -> str:
@@ -217,6 +233,11 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
             cells += [_raw("# BEGIN TESTS"), _code(test), _raw("# END TESTS"), _raw("# END QUESTION")]
         else:
             cells.append(_clean(cell))
+        if is_quiz_cell(cell):  # a question of its own: the hand-in, a test a question
+            cid = QUIZ_CALL.search(cell["source"]).group(1)
+            cells += [_raw(f"# BEGIN QUESTION\nname: quiz{cid}\npoints: {quiz_points(cid)}"), _hand_in(cell, cid),
+                      _raw("# BEGIN TESTS"), *map(_code, otter_quiz_tests(cid)), _raw("# END TESTS"),
+                      _raw("# END QUESTION")]
     out = copy.deepcopy(chapter)
     out["cells"] = cells
     return out

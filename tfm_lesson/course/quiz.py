@@ -282,20 +282,28 @@ def hand_in(chapter: str | int, letters: str) -> str:
     return recorded
 
 
+def handed_in_marks(chapter: str | int, letters: str | None) -> tuple[list[bool | None], str]:
+    """Per question of a hand-in (True right, False wrong, None unanswered), and why nothing counts (``""`` when it
+    does): ``letters`` None (not handed in) or refused by :func:`read_letters` leave every question unanswered."""
+    questions = load_quiz(chapter)
+    if letters is None:
+        return [None] * len(questions), "quiz not handed in"
+    try:
+        return marks(questions, letters), ""
+    except ValueError as exc:
+        return [None] * len(questions), f"quiz not handed in: {exc}"
+
+
 def quiz_score(chapter: str | int, letters: str | None) -> tuple[int, int, str]:
     """``(right, questions, message)`` of a hand-in's ``letters`` (None: not handed in); the message names the
     questions right, wrong and unanswered, never the right letters. Letters :func:`read_letters` refuses score 0."""
-    questions = load_quiz(chapter)
-    if letters is None:
-        return 0, len(questions), "quiz not handed in"
-    try:
-        got = marks(questions, letters)
-    except ValueError as exc:
-        return 0, len(questions), f"quiz not handed in: {exc}"
+    got, why = handed_in_marks(chapter, letters)
+    if why:
+        return 0, len(got), why
     right = sum(m is True for m in got)
     parts = [f"{what}: {', '.join(str(n) for n, m in enumerate(got, 1) if m is value)}"
              for what, value in (("right", True), ("wrong", False), ("unanswered", None)) if value in got]
-    return right, len(questions), f"{right} of {len(questions)} right (questions {'; '.join(parts)})"
+    return right, len(got), f"{right} of {len(got)} right (questions {'; '.join(parts)})"
 
 
 # ---------------------------------------------------------------------------------------------------------

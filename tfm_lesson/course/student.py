@@ -122,11 +122,11 @@ def restore(student: Any, original: Any) -> Any:
     if hand_in:  # one the learner left as the copy wrote it goes: nothing changed, the chapter comes back whole
         out["cells"] = [c for c in out["cells"] if c.get("source") not in untouched_hand_ins(original)]
 
-    def kept(c: Any) -> bool:
+    def learners(c: Any) -> bool:
         return KEPT_TAG in _tags(c) or (hand_in and is_hand_in_cell(c))
 
-    theirs = [c for c in out["cells"] if not kept(c)]
-    kept_before = {id(c): [k for k in out["cells"][:j] if kept(k)] for j, c in enumerate(out["cells"])}
+    theirs = [c for c in out["cells"] if not learners(c)]
+    kept_before = {id(c): [k for k in out["cells"][:j] if learners(k)] for j, c in enumerate(out["cells"])}
     cells: list[Any] = []
     for i in range(max(len(theirs), len(ours))):
         cell = theirs[i] if i < len(theirs) else None
@@ -176,7 +176,7 @@ def restore(student: Any, original: Any) -> Any:
                 if key in orig:
                     cell[key] = copy.deepcopy(orig[key])
         cells.append(cell)
-    cells.extend(k for k in out["cells"] if kept(k) and not any(k is c for c in cells))
+    cells.extend(k for k in out["cells"] if learners(k) and not any(k is c for c in cells))
     out["cells"] = cells
     return out
 
