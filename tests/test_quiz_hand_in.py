@@ -144,3 +144,35 @@ def test_no_hand_in_and_the_last_call_counts():
 def test_an_unreadable_submission_scores_zero_with_the_reason():
     r = grade_quiz(None, "03", "not graded: the file is empty (0 bytes)")
     assert r.points == 0 and r.exercise.points == 4 and "the file is empty" in r.message
+
+
+def test_the_quiz_line_reaches_the_csv_the_feedback_page_and_the_gradebook(tmp_path, capsys):
+    """Two learners' quiz lines, read from their notebooks, beside an exercise's result: the CSV has the line, the
+    page shows it, and the gradebook's totals count it (no kernel run: the grader's own writers)."""
+    import csv
+
+    from conftest import call_main
+    from tfm_lesson.course import main
+    from tfm_lesson.course.exercises import Exercise
+    from tfm_lesson.course.grading_report import Graded, Result, feedback_page, write_csv
+
+    one = Exercise(number=1, title="Exercise 1: split the heads", points=3, answer_index=None, solution_index=3,
+                   check_index=4, checker="check_split_heads", arguments="split_heads")
+    alice = Graded("subs/alice.ipynb", [Result(one, True), grade_quiz(_copy_with(json.dumps(_right())), "03")])
+    bob = Graded("subs/bob.ipynb", [Result(one, False, "no transpose"),
+                                    grade_quiz(_copy_with(json.dumps(_wrong_at(_right(), 0)[:3])), "03")])
+    write_csv([alice, bob], tmp_path / "ch03.csv")
+    with open(tmp_path / "ch03.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["exercise"] == "Quiz 03"]
+    assert [(r["submission"], r["passed"], r["points"], r["max_points"]) for r in rows] == [
+        ("subs/alice.ipynb", "True", "4", "4"), ("subs/bob.ipynb", "False", "2", "4")]
+    assert rows[1]["message"] == "2 of 4 right (questions right: 2, 3; wrong: 1; unanswered: 4)"
+    page = feedback_page(bob, "03_multi_head_attention")
+    assert "**Score: 2 / 7**" in page and "## Quiz 03: 2 / 4 (not passed)" in page and "wrong: 1" in page
+    (tmp_path / "roster.csv").write_text("id,email\nalice,a@x\nbob,b@x\n")
+    code, _, err = call_main(main, ["gradebook", "--roster", str(tmp_path / "roster.csv"), "--grades",
+                                    f"ch03={tmp_path / 'ch03.csv'}", "--out", str(tmp_path / "b.csv")], capsys)
+    assert code == 0 and not err, err
+    with open(tmp_path / "b.csv", newline="") as f:
+        book = {r["id"]: r for r in csv.DictReader(f)}
+    assert [(book[s]["ch03"], book[s]["possible"]) for s in ("alice", "bob")] == [("7", "7"), ("2", "7")]
