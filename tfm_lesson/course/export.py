@@ -7,6 +7,8 @@ Both keep the chapter's cells and turn each exercise into the grader's own piece
 region the tool strips from the student version, and the exercise's checker becomes an autograded test worth the
 exercise's **Importance** (1 to 3) in points. The test imports ``tfm_lesson.checks`` afresh (a name rebound in an
 answer cell changes nothing) and raises the checker's message, which names the mistake, into the tool's feedback.
+After the quiz cell come the learner's hand-in cell and the tool's test of it, a point a right answer
+(:mod:`~tfm_lesson.course.export_quiz`).
 
 * nbgrader: ``COURSE/source/NAME/<chapter>.ipynb`` (``### BEGIN SOLUTION`` / ``### END SOLUTION``, cell metadata
   ``nbgrader`` with ``grade_id``, ``points``, ``solution``, ``locked``; every other cell locked) and a minimal
