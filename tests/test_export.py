@@ -180,7 +180,8 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
     # graded (0 in the gradebook) and the others are graded
     assert "Timeout waiting for IOPub output" in log and "for student 'swallow'" in log, log[-3000:]
     assert not (course / "autograded" / "swallow" / "ch03").exists()
-    assert hostile_grades == {"ex1-check": (0, False), "ex2-check": (3, False), "ex3-check": (None, True)}
+    assert hostile_grades == {"ex1-check": (0, False), "ex2-check": (3, False), "ex3-check": (None, True),
+                              "quiz03": (0, False)}  # the quiz left unanswered, as handed out: 0 of its 4
     graded = nbformat.read(course / "autograded" / "buggy" / "ch03" / "ch.ipynb", as_version=4)
     feedback = json.dumps([c.outputs for c in graded.cells if c.cell_type == "code"])
     assert "WRITE IT YOURSELF" in feedback and "derives from tfm_lesson.attention.MultiHeadAttention" in feedback
