@@ -61,6 +61,13 @@ def _course_grade(tmp: Path, chapter: Path) -> dict[str, float]:
     with open(tmp / "grades.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["exercise"] == "Quiz 03"]
     assert all(r["max_points"] == "4" for r in rows) and len(rows) == len(LETTERS_OF)
+    # --no-quiz: the exercise's line only, and the totals without the quiz
+    run = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "grade", str(chapter), str(subs / "all.ipynb"),
+                          "--csv", str(tmp / "no-quiz.csv"), "--timeout", "60", "--no-quiz", *SANDBOX],
+                         capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=900)
+    assert run.returncode == 0 and "all.ipynb: 0 / 3" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
+    with open(tmp / "no-quiz.csv", newline="") as f:
+        assert [r["exercise"] for r in csv.DictReader(f)] == [exercises(nbformat.read(chapter, as_version=4))[0].title]
     return {Path(r["submission"]).stem: float(r["points"]) for r in rows}
 
 

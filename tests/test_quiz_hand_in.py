@@ -121,6 +121,22 @@ def test_computed_letters_are_not_handed_in(source, why):
     assert r.points == 0 and "not handed in" in r.message and why in r.message
 
 
+def test_the_call_is_read_as_the_kernel_would_run_it():
+    assert grade_quiz(_copy_with(f'letters={json.dumps(_right())}'), "03").points == 4  # a keyword
+    nb = _copy_with(json.dumps(_right()))
+    cell = next(c for c in nb.cells if is_hand_in_cell(c))
+    cell.source = cell.source.replace('hand_in("03", ', "hand_in(3, ")  # the chapter as a number, as hand_in takes
+    assert grade_quiz(nb, "03").points == 4
+    cell.source = cell.source.replace("hand_in(3, ", 'hand_in("3", ')  # hand_in refuses "3": so does the grader
+    assert "no hand_in(\"03\"" in grade_quiz(nb, "03").message
+    r = grade_quiz(_copy_with(f'{json.dumps(_right())}, "x"'), "03")  # a TypeError in the kernel
+    assert r.points == 0 and "nothing else" in r.message
+    with pytest.raises(TypeError):
+        quiz.hand_in("03", _right(), "x")
+    with pytest.raises(ValueError, match="two digits"):
+        quiz.hand_in("3", _right())
+
+
 def test_extra_or_bad_letters_score_zero_with_the_reason():
     r = grade_quiz(_copy_with(json.dumps(_right() + "A")), "03")
     assert r.points == 0 and "5 characters for 4 questions" in r.message
@@ -176,3 +192,11 @@ def test_the_quiz_line_reaches_the_csv_the_feedback_page_and_the_gradebook(tmp_p
     with open(tmp_path / "b.csv", newline="") as f:
         book = {r["id"]: r for r in csv.DictReader(f)}
     assert [(book[s]["ch03"], book[s]["possible"]) for s in ("alice", "bob")] == [("7", "7"), ("2", "7")]
+
+
+def test_grade_help_names_no_quiz(capsys):
+    from conftest import call_main
+    from tfm_lesson.course import main
+
+    code, out, _ = call_main(main, ["grade", "--help"], capsys)
+    assert code == 0 and "--no-quiz" in out and "Quiz NN" in out

@@ -95,7 +95,8 @@ def _calls(source: str, cid: str) -> list[ast.Call]:
         func = value.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
         first = value.args[0] if value.args else next((k.value for k in value.keywords if k.arg == "chapter"), None)
-        if name == "hand_in" and isinstance(first, ast.Constant) and str(first.value).zfill(2) == cid:
+        chapter = first.value if isinstance(first, ast.Constant) else None
+        if name == "hand_in" and (chapter == cid or (type(chapter) is int and f"{chapter:02d}" == cid)):
             found.append(value)
     return found
 
@@ -112,6 +113,8 @@ def read_hand_in(nb: Any, cid: str) -> tuple[str | None, str]:
                       "cell after the quiz")
     call = calls[-1]
     letters = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "letters"), None)
+    if len(call.args) + len(call.keywords) != 2:
+        return None, f"hand_in takes the chapter and the letters, nothing else: hand_in(\"{cid}\", \"BAC\")"
     if not (isinstance(letters, ast.Constant) and isinstance(letters.value, str)):
         return None, "the letters must be written in quotes in the hand_in call itself (\"BAC\"), not computed"
     return letters.value, ""
