@@ -80,6 +80,7 @@ def _nbgrader(tmp: Path, chapter: Path) -> dict[str, float]:
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     release = nbformat.read(course / "release" / "ch03" / "ch.ipynb", as_version=4)
+    assert not any(c.get("outputs") for c in release.cells)  # the hand-out stores no quiz page, no answer
     for name, letters in LETTERS_OF.items():
         (course / "submitted" / name / "ch03").mkdir(parents=True)
         nbformat.write(_handed_in(release, letters), course / "submitted" / name / "ch03" / "ch.ipynb")
@@ -106,6 +107,7 @@ def _otter(tmp: Path, chapter: Path) -> dict[str, float]:
     dist = tmp / "otter" / "dist"
     autograder = next((dist / "autograder").glob("*.zip"))
     student = nbformat.read(dist / "student" / "ch.ipynb", as_version=4)
+    assert not any(c.get("outputs") for c in student.cells)
     scores = {}
     for name, letters in LETTERS_OF.items():
         nbformat.write(_handed_in(student, letters), tmp / f"{name}.ipynb")
