@@ -40,7 +40,7 @@ from .export_record import check_targets, remember
 from .kernel_watchdog import GRACE, KernelWatchdog
 from .location import install_sources
 from .quiz import QUIZ_CALL, is_quiz_cell
-from .quiz_hand_in import hand_in_source
+from .quiz_hand_in import HAND_IN_TAG, hand_in_source
 from .solution_form import unfold
 
 __all__ = ["OtterCellTimeLimit", "course_requirements", "export", "nbgrader_notebook", "otter_notebook"]
@@ -115,7 +115,7 @@ def nbgrader_notebook(chapter: Any) -> Any:
             cells.append(test)
         else:
             cells.append(_meta(_clean(cell), grade=False, grade_id=f"cell-{i + 1}", locked=True, solution=False))
-        if is_quiz_cell(cell):  # the learner's hand-in (no nbgrader metadata: nbgrader keeps it as written) and its test
+        if is_quiz_cell(cell):  # the learner's hand-in (no nbgrader metadata: kept as written) and its test
             cid = QUIZ_CALL.search(cell["source"]).group(1)
             cells += [_hand_in(cell, cid), _meta(_code(nbgrader_quiz_test(cid)), grade=True, grade_id=f"quiz{cid}",
                                                  locked=True, solution=False, points=quiz_points(cid))]
@@ -125,8 +125,6 @@ def nbgrader_notebook(chapter: Any) -> Any:
 
 def _hand_in(quiz_cell: Any, cid: str) -> Any:
     """The cell a learner hands the quiz in with, tagged as in a student copy (:mod:`.quiz_hand_in`)."""
-    from .quiz_hand_in import HAND_IN_TAG
-
     cell = _code(hand_in_source(quiz_cell["source"], cid))
     cell.metadata["tags"] = [HAND_IN_TAG]
     return cell

@@ -43,7 +43,7 @@ def otter_quiz_tests(cid: str) -> list[str]:
             f"def test_quiz{cid}_{n}():",
             "    import tfm_lesson.course.quiz as quiz",
             f"    marks, why = quiz.handed_in_marks({cid!r}, quiz.HANDED_IN.get({cid!r}))",
-            f"    assert marks[{n - 1}] is True, why or {('question %d: ' % n)!r} + ('unanswered' if marks[{n - 1}] is None "
-            "else 'not right')",
+            f"    assert marks[{n - 1}] is True, why or {f'question {n}: '!r} + (",
+            f"        'unanswered' if marks[{n - 1}] is None else 'not right')",
             "", f"test_quiz{cid}_{n}()"]))
     return tests

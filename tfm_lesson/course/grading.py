@@ -30,8 +30,9 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
 
 Points: each exercise is worth its **Importance** (1 to 3, the label above it in the chapter); an exercise without
 the label is worth 1. The chapter's quiz is one more line, ``Quiz NN``: a point per right answer of the letters the
-learner wrote into the cell after the quiz (read as text, never run; ``--no-quiz`` leaves the line out). The CSV has one row per submission and exercise: ``submission, exercise, passed, points,
-max_points, message`` (the checker's message verbatim); ``--feedback`` writes one Markdown page per submission
+learner wrote into the cell after the quiz (read as text, never run; ``--no-quiz`` leaves the line out). The CSV
+has one row per submission and exercise (and the quiz): ``submission, exercise, passed, points, max_points,
+message`` (the checker's message verbatim); ``--feedback`` writes one Markdown page per submission
 (the checker's messages fenced so that nothing in them can end the code block or write a score line).
 """
 from __future__ import annotations

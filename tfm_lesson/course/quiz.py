@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["Question", "load_quiz", "show", "Quiz", "quiz_chapters", "is_quiz_cell", "hand_in", "read_letters",
-           "marks"]
+__all__ = ["Question", "load_quiz", "show", "Quiz", "quiz_chapters", "is_quiz_cell", "hand_in", "HANDED_IN",
+           "read_letters", "marks", "handed_in_marks", "quiz_score"]
 
 #: a chapter's quiz cell: ``quiz.show("NN")``
 QUIZ_CALL = re.compile(r"""(?:^|[\s.])quiz\.show\(\s*["'](\d\d)["']\s*\)""")
@@ -274,8 +274,9 @@ def hand_in(chapter: str | int, letters: str) -> str:
     missing = [n for n, c in enumerate(chosen, 1) if c is None]
     print(f"quiz {cid}, recorded: " + ", ".join(f"{n} {ch}" for n, ch in enumerate(recorded, 1)))
     if missing:
-        print(f"{len(missing)} of {len(questions)} still unanswered (question{'s' * (len(missing) > 1)} {', '.join(map(str, missing))}): "
-              "write a letter for each between the quotes")
+        which = f"question{'s' * (len(missing) > 1)} {', '.join(map(str, missing))}"
+        print(f"{len(missing)} of {len(questions)} still unanswered ({which}): write a letter for each between the "
+              "quotes")
     else:
         print(f"all {len(questions)} answered")
     HANDED_IN[cid] = recorded

@@ -19,8 +19,8 @@ from typing import Any
 from .cells import tags as _tags
 from .quiz import QUIZ_CALL, is_quiz_cell, quiz_score
 
-__all__ = ["HAND_IN_TAG", "hand_in_source", "add_hand_in_cells", "is_hand_in_cell", "untouched_hand_ins", "read_hand_in", "chapter_quiz",
-           "QuizItem", "QuizResult", "quiz_item", "grade_quiz"]
+__all__ = ["HAND_IN_TAG", "hand_in_source", "add_hand_in_cells", "is_hand_in_cell", "untouched_hand_ins",
+           "read_hand_in", "chapter_quiz", "QuizItem", "QuizResult", "quiz_item", "grade_quiz"]
 
 HAND_IN_TAG = "quiz-answers"
 _HAND_IN_CALL = re.compile(r"""\bhand_in\(\s*["'](\d\d)["']""")
@@ -70,7 +70,8 @@ def add_hand_in_cells(nb: Any) -> Any:
 
 def untouched_hand_ins(chapter: Any) -> set[str]:
     """The sources of the hand-in cells :func:`add_hand_in_cells` gives ``chapter``, letters still empty."""
-    return {hand_in_source(_source(c), QUIZ_CALL.search(_source(c)).group(1)) for c in chapter["cells"] if is_quiz_cell(c)}
+    return {hand_in_source(_source(c), QUIZ_CALL.search(_source(c)).group(1))
+            for c in chapter["cells"] if is_quiz_cell(c)}
 
 
 def chapter_quiz(chapter: Any) -> str | None:

@@ -110,7 +110,8 @@ def restore(student: Any, original: Any) -> Any:
     The learner's work stays: exercise cells are kept as written, and code typed into a "your turn" stub is
     kept in its own cell (tagged ``learner-answer``, headed by a comment) just before the restored solution.
     A cell handing in the quiz stays where it is (dropped while it is as the copy wrote it). The two notebooks must
-    have the same structure (markdown cells, solution cells, the checks after them); on any difference :class:`CourseError` names the first cell that differs and nothing is returned.
+    have the same structure (markdown cells, solution cells, the checks after them); on any difference
+    :class:`CourseError` names the first cell that differs and nothing is returned.
     """
     if not any(_is_solution(c) and not _is_stub(c) for c in original["cells"]):
         raise CourseError("the chapter to restore from has no solutions (is it a student copy?)")
