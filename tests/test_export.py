@@ -23,6 +23,7 @@ import pytest
 
 from tfm_lesson.course.export import nbgrader_notebook, otter_notebook
 from tfm_lesson.course.exercises import chapter_definitions, exercises
+from tfm_lesson.course.quiz_hand_in import is_hand_in_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
@@ -80,15 +81,17 @@ def _tool(name: str) -> Path:
 
 def test_nbgrader_metadata_and_regions():
     nb = nbgrader_notebook(_exercises_only())
-    meta = [c.metadata["nbgrader"] for c in nb.cells]
+    hand_in = [c for c in nb.cells if is_hand_in_cell(c)]  # the learner's, as they write it: no nbgrader metadata
+    assert len(hand_in) == 1 and "nbgrader" not in hand_in[0].metadata
+    meta = [c.metadata["nbgrader"] for c in nb.cells if c not in hand_in]
     assert all(m["schema_version"] == 3 and "grade_id" in m for m in meta)
     assert len({m["grade_id"] for m in meta}) == len(meta)  # unique
-    answers = [c for c in nb.cells if c.metadata["nbgrader"]["solution"]]
-    tests = [c for c in nb.cells if c.metadata["nbgrader"]["grade"]]
-    assert len(answers) == len(tests) == 3
+    answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert len(answers) == 3 and len(tests) == 4  # the exercises' and the quiz's
     assert all(c.source.startswith("### BEGIN SOLUTION\n") and "### END SOLUTION" in c.source for c in answers)
-    assert [c.metadata["nbgrader"]["points"] for c in tests] == [3, 3, 3]
-    assert all(c.metadata["nbgrader"]["locked"] for c in nb.cells if c not in answers)
+    assert [c.metadata["nbgrader"]["points"] for c in tests] == [3, 3, 3, 4]  # the quiz: a point a question
+    assert all(c.metadata["nbgrader"]["locked"] for c in nb.cells if c not in answers and c not in hand_in)
 
 
 def test_otter_format_cells():
@@ -96,10 +99,10 @@ def test_otter_format_cells():
     raws = [c.source for c in nb.cells if c.cell_type == "raw"]
     assert raws[0].startswith("# ASSIGNMENT CONFIG")
     assert [r for r in raws if r.startswith("# BEGIN QUESTION")] == [
-        f"# BEGIN QUESTION\nname: ex{n}\npoints: 3" for n in (1, 2, 3)]
-    assert raws.count("# BEGIN SOLUTION") == raws.count("# BEGIN TESTS") == 3
+        *(f"# BEGIN QUESTION\nname: ex{n}\npoints: 3" for n in (1, 2, 3)), "# BEGIN QUESTION\nname: quiz03\npoints: 4"]
+    assert raws.count("# BEGIN SOLUTION") == 3 and raws.count("# BEGIN TESTS") == 4
     tests = [c.source for c in nb.cells if c.cell_type == "code" and "BEGIN TEST CONFIG" in c.source]
-    assert len(tests) == 3 and all("failure_message:" in t for t in tests)
+    assert len(tests) == 3 + 4 and all("failure_message:" in t for t in tests)  # the quiz: a test a question
 
 
 def test_exports_carry_no_fold_of_the_chapter():
@@ -180,7 +183,8 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
     # graded (0 in the gradebook) and the others are graded
     assert "Timeout waiting for IOPub output" in log and "for student 'swallow'" in log, log[-3000:]
     assert not (course / "autograded" / "swallow" / "ch03").exists()
-    assert hostile_grades == {"ex1-check": (0, False), "ex2-check": (3, False), "ex3-check": (None, True)}
+    assert hostile_grades == {"ex1-check": (0, False), "ex2-check": (3, False), "ex3-check": (None, True),
+                              "quiz03": (0, False)}  # the quiz left unanswered, as handed out: 0 of its 4
     graded = nbformat.read(course / "autograded" / "buggy" / "ch03" / "ch.ipynb", as_version=4)
     feedback = json.dumps([c.outputs for c in graded.cells if c.cell_type == "code"])
     assert "WRITE IT YOURSELF" in feedback and "derives from tfm_lesson.attention.MultiHeadAttention" in feedback

@@ -20,6 +20,7 @@ from tfm_lesson.course import copy_chapter_answers
 from tfm_lesson.course import submission
 from tfm_lesson.course.grading import exercises
 from tfm_lesson.course.grading_kernel import kernel_spec
+from tfm_lesson.course.quiz import LETTERS, load_quiz
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "notebooks" / "03_multi_head_attention.ipynb"
@@ -52,6 +53,17 @@ def _with(nb, number: int, source: str):
 def _write(nb, path: Path) -> Path:
     nbformat.write(nbformat.from_dict(nb), path)
     return path
+
+
+QUIZ_RIGHT = "".join(LETTERS[q.answer] for q in load_quiz("03"))
+
+
+def _hand_in(nb, letters: str):
+    """``nb`` with ``letters`` written into its quiz hand-in cell."""
+    out = copy.deepcopy(nb)
+    cell = next(c for c in out["cells"] if "quiz-answers" in c.get("metadata", {}).get("tags", []))
+    cell["source"] = cell["source"].replace('hand_in("03", "")', f'hand_in("03", "{letters}")')
+    return out
 
 
 SPLIT_BUGGY = """\
@@ -120,12 +132,14 @@ def merge_heads(x):
 
 
 def _old_jupyter(nb):
-    """``nb`` as an older Jupyter saves it (nbformat 4.4, no cell ids), after the learner deleted exercise 1's stub,
-    pasted one more stub after exercise 2's and moved exercise 2's answer below its check."""
+    """``nb`` as an older Jupyter saves it (nbformat 4.4, no cell ids, the quiz hand-in's tag lost), after the learner
+    deleted exercise 1's stub, pasted one more stub after exercise 2's and moved exercise 2's answer below its check."""
     out = copy.deepcopy(nb)
     out["nbformat_minor"] = 4
     for cell in out["cells"]:
         cell.pop("id", None)
+        if "quiz-answers" in cell.get("metadata", {}).get("tags", []):
+            del cell["metadata"]["tags"]
     cells = out["cells"]
     stubs = [j for j, c in enumerate(cells) if "solution" in c.get("metadata", {}).get("tags", [])]
     del cells[stubs[0]]
@@ -141,7 +155,7 @@ def graded(tmp_path_factory):
     """One class of twelve submissions, graded once through the command line (two at a time)."""
     tmp = tmp_path_factory.mktemp("class")
     chapter = _chapter()
-    right = copy_chapter_answers(chapter)
+    right = _hand_in(copy_chapter_answers(chapter), QUIZ_RIGHT)  # and every submission made from it
     blank = student_copy(chapter)
     subs = tmp / "subs"
     subs.mkdir()
@@ -177,13 +191,14 @@ def graded(tmp_path_factory):
     assert out.returncode == 0, out.stderr
     with open(tmp / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    table = {(Path(r["submission"]).stem, int(r["exercise"].split()[1].rstrip(":"))): r for r in rows}
+    table = {(Path(r["submission"]).stem, "quiz" if r["exercise"] == "Quiz 03" else
+              int(r["exercise"].split()[1].rstrip(":"))): r for r in rows}
     return table, tmp / "feedback", out.stdout
 
 
 def test_csv_has_one_row_per_submission_and_exercise(graded):
     table, _, _ = graded
-    assert len(table) == 12 * 3
+    assert len(table) == 12 * 4  # three exercises and the quiz
     assert all(set(r) == {"submission", "exercise", "passed", "points", "max_points", "message"}
                for r in table.values())
     assert table[("correct", 3)]["exercise"] == "Exercise 3: the whole module"
@@ -253,7 +268,25 @@ def test_notebooks_from_colab_and_older_jupyter_are_graded_on_their_answers(grad
     assert SCALE_D_MODEL in table[("colab", 3)]["message"]
     assert [table[("old_jupyter", n)]["points"] for n in (1, 2, 3)] == ["3", "3", "3"]
     page = (feedback / next(p.name for p in feedback.iterdir() if "old_jupyter" in p.name)).read_text()
-    assert "missing" not in page and "**Score: 9 / 9**" in page
+    assert "missing" not in page and "**Score: 13 / 13**" in page  # the quiz's 4 with them: its tag lost, read by
+    # its call
+
+
+def test_the_quiz_is_one_more_line_a_point_a_right_answer(graded):
+    """Read from the hand-in cell as text: the right letters 4 / 4 (also where the submission's exercises hang, die,
+    or were deleted), the hand-out's empty letters 0, and a file that is not a notebook 0 with the reason."""
+    table, feedback, stdout = graded
+    for name in ("correct", "hostile", "memory_hog", "old_jupyter", "buggy_and_tampered"):
+        row = table[(name, "quiz")]
+        assert (row["points"], row["max_points"], row["passed"]) == ("4", "4", "True"), (name, row)
+    assert table[("correct", "quiz")]["message"] == "4 of 4 right (questions right: 1, 2, 3, 4)"
+    for name in ("empty", "forger", "colab"):  # the colab learner left the letters empty
+        row = table[(name, "quiz")]
+        assert (row["points"], row["passed"]) == ("0", "False") and "unanswered: 1, 2, 3, 4" in row["message"]
+    assert "not a notebook Jupyter can read" in table[("notes", "quiz")]["message"]
+    page = (feedback / next(p.name for p in feedback.iterdir() if p.stem.endswith("empty"))).read_text()
+    assert "## Quiz 03: 0 / 4 (not passed)" in page and "**Score: 0 / 13**" in page
+    assert "correct.ipynb: 13 / 13" in stdout
 
 
 def test_huge_output_is_dropped_with_a_note_and_costs_no_points(graded):

@@ -81,6 +81,9 @@ def class_main(argv: list[str]) -> int:
     gr.add_argument("--no-sandbox", action="store_true",
                     help="run student code without any sandbox (with your own rights; said on every report); the "
                          "same as --sandbox none")
+    gr.add_argument("--no-quiz", action="store_true",
+                    help="leave out the quiz line (\"Quiz NN\": a point per right letter the learner wrote into the "
+                         "cell after the chapter's quiz); by default it is graded and counts in the totals")
     ex = sub.add_parser("export", help="write the chapter as an nbgrader or Otter-Grader assignment")
     ex.add_argument("chapter", type=Path)
     ex.add_argument("--format", choices=("nbgrader", "otter"), required=True)
@@ -99,7 +102,7 @@ def class_main(argv: list[str]) -> int:
         if args.command == "grade":
             grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs,
                           sandbox="none" if args.no_sandbox else args.sandbox, resume=args.resume, seed=args.seed,
-                          limits=limits)
+                          limits=limits, quiz=not args.no_quiz)
         else:
             export(args.chapter, args.format, args.out, args.assignment, args.timeout, args.force)
     except CourseError as exc:

@@ -7,6 +7,8 @@ Both keep the chapter's cells and turn each exercise into the grader's own piece
 region the tool strips from the student version, and the exercise's checker becomes an autograded test worth the
 exercise's **Importance** (1 to 3) in points. The test imports ``tfm_lesson.checks`` afresh (a name rebound in an
 answer cell changes nothing) and raises the checker's message, which names the mistake, into the tool's feedback.
+After the quiz cell come the learner's hand-in cell and the tool's test of it, a point a right answer
+(:mod:`~tfm_lesson.course.export_quiz`).
 
 * nbgrader: ``COURSE/source/NAME/<chapter>.ipynb`` (``### BEGIN SOLUTION`` / ``### END SOLUTION``, cell metadata
   ``nbgrader`` with ``grade_id``, ``points``, ``solution``, ``locked``; every other cell locked) and a minimal
@@ -33,9 +35,12 @@ from typing import Any
 from .._io import atomic_open
 from .cells import CourseError, write_notebook
 from .exercises import Exercise, exercises
+from .export_quiz import nbgrader_quiz_test, otter_quiz_tests, quiz_points
 from .export_record import check_targets, remember
 from .kernel_watchdog import GRACE, KernelWatchdog
 from .location import install_sources
+from .quiz import QUIZ_CALL, is_quiz_cell
+from .quiz_hand_in import HAND_IN_TAG, hand_in_source
 from .solution_form import unfold
 
 __all__ = ["OtterCellTimeLimit", "course_requirements", "export", "nbgrader_notebook", "otter_notebook"]
@@ -110,8 +115,19 @@ def nbgrader_notebook(chapter: Any) -> Any:
             cells.append(test)
         else:
             cells.append(_meta(_clean(cell), grade=False, grade_id=f"cell-{i + 1}", locked=True, solution=False))
+        if is_quiz_cell(cell):  # the learner's hand-in (no nbgrader metadata: kept as written) and its test
+            cid = QUIZ_CALL.search(cell["source"]).group(1)
+            cells += [_hand_in(cell, cid), _meta(_code(nbgrader_quiz_test(cid)), grade=True, grade_id=f"quiz{cid}",
+                                                 locked=True, solution=False, points=quiz_points(cid))]
     out["cells"] = cells
     return out
+
+
+def _hand_in(quiz_cell: Any, cid: str) -> Any:
+    """The cell a learner hands the quiz in with, tagged as in a student copy (:mod:`.quiz_hand_in`)."""
+    cell = _code(hand_in_source(quiz_cell["source"], cid))
+    cell.metadata["tags"] = [HAND_IN_TAG]
+    return cell
 
 
 def _yaml(value: str) -> str:
@@ -217,6 +233,11 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
             cells += [_raw("# BEGIN TESTS"), _code(test), _raw("# END TESTS"), _raw("# END QUESTION")]
         else:
             cells.append(_clean(cell))
+        if is_quiz_cell(cell):  # a question of its own: the hand-in, a test a question
+            cid = QUIZ_CALL.search(cell["source"]).group(1)
+            cells += [_raw(f"# BEGIN QUESTION\nname: quiz{cid}\npoints: {quiz_points(cid)}"), _hand_in(cell, cid),
+                      _raw("# BEGIN TESTS"), *map(_code, otter_quiz_tests(cid)), _raw("# END TESTS"),
+                      _raw("# END QUESTION")]
     out = copy.deepcopy(chapter)
     out["cells"] = cells
     return out

@@ -31,8 +31,10 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   grader keeps 1 MB (and the end of what it printed), the rest is dropped with a note, whatever the score.
 
 Points: each exercise is worth its **Importance** (1 to 3, the label above it in the chapter); an exercise without
-the label is worth 1. The CSV has one row per submission and exercise: ``submission, exercise, passed, points,
-max_points, message`` (the checker's message verbatim); ``--feedback`` writes one Markdown page per submission
+the label is worth 1. The chapter's quiz is one more line, ``Quiz NN``: a point per right answer of the letters the
+learner wrote into the cell after the quiz (read as text, never run; ``--no-quiz`` leaves the line out). The CSV
+has one row per submission and exercise (and the quiz): ``submission, exercise, passed, points, max_points,
+message`` (the checker's message verbatim); ``--feedback`` writes one Markdown page per submission
 (the checker's messages fenced so that nothing in them can end the code block or write a score line).
 """
 from __future__ import annotations
@@ -53,8 +55,10 @@ from .cells import CourseError, is_setup_cell
 from .exercises import Exercise, chapter_definitions, exercises
 from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Kernel, KernelGroup, cell_error,
                              check_kernel, kernel_spec)
+from .quiz_hand_in import chapter_quiz, grade_quiz, quiz_item
 from .grading_report import (GradeBook, Graded, Result, check_outputs, feedback_page, page_names, write_csv,
                              write_page)
+from .sandbox_container import choose_or_say
 from .sandbox_limits import Limits, ScratchDisk, describe
 from .submission import MAX_BYTES, answers, read_submission
 from .verdicts import chapter_checkers, check_call, check_cell, seeded, verdict
@@ -291,6 +295,14 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
     return Graded(name, outcome.final(), notes, time.perf_counter() - start)
 
 
+def _quiz(path: Path, cid: str) -> Any:
+    """The quiz line of the submission at ``path``: its hand-in read as text (:mod:`.quiz_hand_in`), never run."""
+    try:
+        return grade_quiz(read_submission(path), cid)
+    except (CourseError, OSError) as exc:
+        return grade_quiz(None, cid, f"not graded: {exc}")
+
+
 def _remove(folder: str) -> None:
     """Remove a submission's working folder whatever its kernel left there (thousands of nested folders make
     ``shutil.rmtree`` recurse too deep): ``rm -rf`` where there is one, else ``rmtree``, never an exception."""
@@ -341,34 +353,16 @@ def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], None], jobs:
     pool.shutdown(wait=True)
 
 
-def _sandbox_or_say(sandbox: bool | str) -> bool | str:
-    """The sandbox to grade in (:func:`tfm_lesson.course.sandbox_container.choose`), CourseError where none can run;
-    without one (--no-sandbox), say so first and return False."""
-    if sandbox and sandbox != "none":
-        from .sandbox import SandboxUnavailable
-        from .sandbox_container import choose
-
-        try:
-            engine = choose(sandbox)
-        except SandboxUnavailable as exc:
-            raise CourseError(str(exc)) from None
-        if engine != "bwrap":
-            print(f"each submission runs in a {engine} container (bubblewrap is not used)", flush=True)
-        return engine
-    print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
-          "your files; every feedback page says so", flush=True)
-    return False
-
-
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
           sandbox: bool | str = True, resume: bool = False, seed: int | None = None,
-          limits: Limits | None = Limits()) -> list[Graded]:
+          limits: Limits | None = Limits(), quiz: bool = True) -> list[Graded]:
     """Grade every submission against ``chapter_path`` (with ``resume``, those not yet in ``csv_path``); each one's
     rows go into the CSV (and its feedback page is written) as soon as it is graded, so an interruption keeps them.
     Each submission's kernel runs in the sandbox ``sandbox`` names (True or "auto": bubblewrap, else a Podman or
     Docker container: :mod:`.sandbox`, :mod:`.sandbox_container`) unless it is False or "none",
-    under ``limits`` (:mod:`tfm_lesson.course.sandbox_limits`; None: no cap on the whole submission)
+    under ``limits`` (:mod:`tfm_lesson.course.sandbox_limits`; None: no cap on the whole submission).
+    With ``quiz`` (and a quiz cell in the chapter), each submission's quiz hand-in is one more line (:func:`_quiz`).
     CourseError for an instructor's mistake (a chapter without solutions, a missing path, an output that would
     overwrite something or cannot be written, a kernel that cannot start under ``memory_mb``, no sandbox to be had),
     before any submission runs."""
@@ -387,12 +381,13 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
         check_call(ex)  # a check whose keywords are not literals is refused before anything runs
     seed = secrets.randbelow(2 ** 31) if seed is None else seed
     checking = Checking.of(chapter, exs, seed)  # a checker found nowhere is refused here too
-    book = GradeBook(csv_path, exs, [str(p) for p in files], resume)
+    cid = chapter_quiz(chapter) if quiz else None
+    book = GradeBook(csv_path, [*exs, *([quiz_item(cid)] if cid else [])], [str(p) for p in files], resume)
     done = book.done()
     done_paths = {Path(name).resolve() for name in done}
     todo = [p for p in files if str(p) not in done and p.resolve() not in done_paths]
     pages = page_names([str(p) for p in files])
-    sandbox = _sandbox_or_say(sandbox)
+    sandbox = choose_or_say(sandbox)
     if limits is not None:
         print(describe(limits, sandbox), flush=True)
     if resume:
@@ -416,13 +411,15 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
                 g = _all_zero(str(path), exs, f"not graded: the grader failed on this file ({type(exc).__name__})")
             if whole.stopped.is_set():
                 return  # stopped midway: not a grade
+            if cid:
+                g.results.append(_quiz(path, cid))
             g.sandboxed = bool(sandbox)
             book.add(g)
             if feedback is not None:
                 write_page(g, feedback, pages[g.submission], chapter_path.stem)
             graded.append(g)
             score = sum(r.points for r in g.results)
-            print(f"{path}: {score} / {sum(e.points for e in exs)} ({g.seconds:.1f} s)"
+            print(f"{path}: {score} / {sum(r.exercise.points for r in g.results)} ({g.seconds:.1f} s)"
                   + ("" if sandbox else ", without a sandbox"), flush=True)
 
         try:

@@ -6,6 +6,7 @@ a wrong option says why it is wrong, the right one says why it is right.
     from tfm_lesson import quiz
     quiz.show("03")                 # the questions of chapter 03, answerable in the notebook
     quiz.load_quiz("03")            # the same questions as data: list[Question]
+    my_quiz = quiz.hand_in("03", "BAC")  # hand in one letter per question (the cell after the quiz, when graded)
 
 The questions of chapter NN live in ``tfm_lesson/course/quizzes/chNN.py`` as a list ``QUESTIONS``.
 
@@ -21,7 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["Question", "load_quiz", "show", "Quiz", "quiz_chapters", "is_quiz_cell"]
+__all__ = ["Question", "load_quiz", "show", "Quiz", "quiz_chapters", "is_quiz_cell", "hand_in", "HANDED_IN",
+           "read_letters", "marks", "handed_in_marks", "quiz_score"]
 
 #: a chapter's quiz cell: ``quiz.show("NN")``
 QUIZ_CALL = re.compile(r"""(?:^|[\s.])quiz\.show\(\s*["'](\d\d)["']\s*\)""")
@@ -218,6 +220,91 @@ def show(chapter: str | int | Sequence[Question], title: str = "Check your under
     if not questions or not all(isinstance(q, Question) for q in questions):
         raise ValueError("show() takes a chapter like '03' or a non-empty list of Question")
     return Quiz(questions, title)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# handing the quiz in: one letter per question, written in the notebook where a grader can read it
+UNANSWERED = "? "  # a question left unanswered in a hand-in
+
+
+def read_letters(questions: Sequence[Question], letters: str) -> list[int | None]:
+    """The option chosen for each question (None: unanswered) from a hand-in's ``letters``, one per question in
+    order (``"BAC"``; ``"?"`` or a space leaves a question unanswered; fewer letters leave the last ones
+    unanswered; lower case counts). ValueError naming the question for a letter outside its options, for more
+    letters than questions, or for a character that is not a letter."""
+    if not isinstance(letters, str):
+        raise ValueError(f"letters must be a string like \"BAC\" (one letter per question), got {letters!r}")
+    if len(letters) > len(questions):
+        raise ValueError(f"letters has {len(letters)} characters for {len(questions)} questions: one letter per "
+                         f"question, in order (\"?\" for one you skip), got {letters!r}")
+    chosen: list[int | None] = []
+    for n, (q, ch) in enumerate(zip(questions, letters), 1):
+        if ch in UNANSWERED:
+            chosen.append(None)
+            continue
+        allowed = LETTERS[:len(q.options)]
+        if ch.upper() not in allowed:
+            raise ValueError(f"letters[{n - 1}] = {ch!r} for question {n}: its options are "
+                             f"{', '.join(allowed)} (or \"?\" to leave it unanswered)")
+        chosen.append(allowed.index(ch.upper()))
+    return chosen + [None] * (len(questions) - len(chosen))
+
+
+def marks(questions: Sequence[Question], letters: str) -> list[bool | None]:
+    """Per question: True right, False wrong, None unanswered (ValueError as :func:`read_letters`)."""
+    return [None if c is None else q.is_right(c) for q, c in zip(questions, read_letters(questions, letters))]
+
+
+#: what :func:`hand_in` recorded in this kernel, by chapter (``{"03": "BA?"}``): graders that run in the kernel
+#: (the nbgrader and Otter exports) read it whatever name the result was bound to
+HANDED_IN: dict[str, str] = {}
+
+
+def hand_in(chapter: str | int, letters: str) -> str:
+    """Record your quiz answers: one letter per question, in order (``"BAC"``; ``"?"`` skips one). Prints what
+    was recorded and what is still missing; returns the letters as recorded (upper case, ``"?"`` for a gap).
+
+    It does not say which answers are right: the quiz above does, with the reason, when you press "Check".
+    A grader reads the letters from this cell's text, so write them in quotes in the call itself."""
+    cid = _chapter_id(chapter)
+    HANDED_IN.pop(cid, None)  # a hand-in that fails leaves nothing recorded, as a grader reading the cell sees it
+    questions = load_quiz(cid)
+    chosen = read_letters(questions, letters)
+    recorded = "".join("?" if c is None else LETTERS[c] for c in chosen)
+    missing = [n for n, c in enumerate(chosen, 1) if c is None]
+    print(f"quiz {cid}, recorded: " + ", ".join(f"{n} {ch}" for n, ch in enumerate(recorded, 1)))
+    if missing:
+        which = f"question{'s' * (len(missing) > 1)} {', '.join(map(str, missing))}"
+        print(f"{len(missing)} of {len(questions)} still unanswered ({which}): write a letter for each between the "
+              "quotes")
+    else:
+        print(f"all {len(questions)} answered")
+    HANDED_IN[cid] = recorded
+    return recorded
+
+
+def handed_in_marks(chapter: str | int, letters: str | None) -> tuple[list[bool | None], str]:
+    """Per question of a hand-in (True right, False wrong, None unanswered), and why nothing counts (``""`` when it
+    does): ``letters`` None (not handed in) or refused by :func:`read_letters` leave every question unanswered."""
+    questions = load_quiz(chapter)
+    if letters is None:
+        return [None] * len(questions), "quiz not handed in"
+    try:
+        return marks(questions, letters), ""
+    except ValueError as exc:
+        return [None] * len(questions), f"quiz not handed in: {exc}"
+
+
+def quiz_score(chapter: str | int, letters: str | None) -> tuple[int, int, str]:
+    """``(right, questions, message)`` of a hand-in's ``letters`` (None: not handed in); the message names the
+    questions right, wrong and unanswered, never the right letters. Letters :func:`read_letters` refuses score 0."""
+    got, why = handed_in_marks(chapter, letters)
+    if why:
+        return 0, len(got), why
+    right = sum(m is True for m in got)
+    parts = [f"{what}: {', '.join(str(n) for n, m in enumerate(got, 1) if m is value)}"
+             for what, value in (("right", True), ("wrong", False), ("unanswered", None)) if value in got]
+    return right, len(got), f"{right} of {len(got)} right (questions {'; '.join(parts)})"
 
 
 # ---------------------------------------------------------------------------------------------------------

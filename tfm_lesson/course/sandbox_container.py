@@ -184,3 +184,21 @@ def choose(sandbox: str | bool) -> str:
     raise SandboxUnavailable("; ".join(reasons) + ("" if len(wanted) == 1 else
                              "; so no sandbox (bubblewrap, Podman or Docker) can run here: install one, or pass "
                              "--no-sandbox to run student code with your own user's rights"))
+
+
+def choose_or_say(sandbox: bool | str) -> bool | str:
+    """The sandbox to grade in (:func:`choose`), CourseError where none can run;
+    without one (--no-sandbox), say so first and return False."""
+    if sandbox and sandbox != "none":
+        try:
+            engine = choose(sandbox)
+        except SandboxUnavailable as exc:
+            from .cells import CourseError
+
+            raise CourseError(str(exc)) from None
+        if engine != "bwrap":
+            print(f"each submission runs in a {engine} container (bubblewrap is not used)", flush=True)
+        return engine
+    print("WITHOUT A SANDBOX (--no-sandbox): student code runs with your own rights and can read and change "
+          "your files; every feedback page says so", flush=True)
+    return False

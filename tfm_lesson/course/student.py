@@ -43,7 +43,8 @@ def student_copy(nb: Any) -> Any:
 
     Every other cell whose stored output shows a result of the answers (the rule: :mod:`tfm_lesson.course._depends`)
     loses it too, marked so that :func:`restore` brings it back; so does the quiz cell, whose stored page holds the
-    answers. The checkers stay. The cell after a solution (its check) loses its stored output and is tagged
+    answers. After each quiz cell comes a cell to hand in its answers (:mod:`.quiz_hand_in`; no stored output).
+    The checkers stay. The cell after a solution (its check) loses its stored output and is tagged
     ``raises-exception`` so that running the whole notebook goes on past a check that fails (it will,
     until the learner solves the exercise); the added tag is recorded so :func:`restore` can undo it.
     """
@@ -71,7 +72,9 @@ def student_copy(nb: Any) -> Any:
         if cells[i].get("outputs"):
             _clear_outputs(cells[i])
             cells[i].setdefault("metadata", {})[_CLEARED_KEY] = True
-    return out
+    from .quiz_hand_in import add_hand_in_cells
+
+    return add_hand_in_cells(out)
 
 
 def copy_chapter_answers(chapter: Any) -> Any:
@@ -106,15 +109,25 @@ def restore(student: Any, original: Any) -> Any:
 
     The learner's work stays: exercise cells are kept as written, and code typed into a "your turn" stub is
     kept in its own cell (tagged ``learner-answer``, headed by a comment) just before the restored solution.
-    The two notebooks must have the same structure (markdown cells, solution cells, the checks after them);
-    on any difference :class:`CourseError` names the first cell that differs and nothing is returned.
+    A cell handing in the quiz stays where it is (dropped while it is as the copy wrote it). The two notebooks must
+    have the same structure (markdown cells, solution cells, the checks after them); on any difference
+    :class:`CourseError` names the first cell that differs and nothing is returned.
     """
     if not any(_is_solution(c) and not _is_stub(c) for c in original["cells"]):
         raise CourseError("the chapter to restore from has no solutions (is it a student copy?)")
-    out = copy.deepcopy(student)
-    theirs = [c for c in out["cells"] if KEPT_TAG not in _tags(c)]
-    kept_before = {id(c): [k for k in out["cells"][:j] if KEPT_TAG in _tags(k)] for j, c in enumerate(out["cells"])}
+    from .quiz_hand_in import is_hand_in_cell, untouched_hand_ins
+
     ours = original["cells"]
+    hand_in = not any(map(is_hand_in_cell, ours))  # the copy's quiz hand-in cells are kept, as the learner's cells
+    out = copy.deepcopy(student)
+    if hand_in:  # one the learner left as the copy wrote it goes: nothing changed, the chapter comes back whole
+        out["cells"] = [c for c in out["cells"] if c.get("source") not in untouched_hand_ins(original)]
+
+    def learners(c: Any) -> bool:
+        return KEPT_TAG in _tags(c) or (hand_in and is_hand_in_cell(c))
+
+    theirs = [c for c in out["cells"] if not learners(c)]
+    kept_before = {id(c): [k for k in out["cells"][:j] if learners(k)] for j, c in enumerate(out["cells"])}
     cells: list[Any] = []
     for i in range(max(len(theirs), len(ours))):
         cell = theirs[i] if i < len(theirs) else None
@@ -164,7 +177,7 @@ def restore(student: Any, original: Any) -> Any:
                 if key in orig:
                     cell[key] = copy.deepcopy(orig[key])
         cells.append(cell)
-    cells.extend(k for k in out["cells"] if KEPT_TAG in _tags(k) and not any(k is c for c in cells))
+    cells.extend(k for k in out["cells"] if learners(k) and not any(k is c for c in cells))
     out["cells"] = cells
     return out
 

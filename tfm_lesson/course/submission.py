@@ -13,6 +13,7 @@ from typing import Any
 from .cells import STUDENT_STUB, CourseError
 from .cells import is_solution as _is_solution
 from .exercises import Exercise, defined_names
+from .quiz_hand_in import is_hand_in_cell
 
 MAX_BYTES = 50 * 1024 * 1024  # a bigger submission is refused unread
 
@@ -78,7 +79,8 @@ class _Cells:
         self.theirs = theirs
         exercise_cells = {i for ex in exs for i in (ex.answer_index, ex.solution_index) if i is not None}
         self.chapter_text = {_source(c).strip() for i, c in enumerate(ours) if i not in exercise_cells}
-        self.code = [j for j, c in enumerate(theirs) if c.get("cell_type") == "code"]
+        self.hand_in = {j for j, c in enumerate(theirs) if is_hand_in_cell(c)}  # the quiz's: graded on their own
+        self.code = [j for j, c in enumerate(theirs) if c.get("cell_type") == "code" and j not in self.hand_in]
         self.ids = {cell_id(c): j for j, c in enumerate(theirs) if cell_id(c)}
         self.names = {j: defined_names(_source(theirs[j])) for j in self.code}
         titles = [self._title(ex) for ex in exs]
@@ -151,7 +153,7 @@ def _differences(cells: _Cells, ours: list, exs: list[Exercise], used: set[int])
     chapter_text = cells.chapter_text | {STUDENT_STUB.strip()}
     chapter_ids = {cell_id(c): c for c in ours if cell_id(c)}
     for j, cell in enumerate(cells.theirs):
-        if j in used:
+        if j in used or j in cells.hand_in:
             continue
         source = _source(cell)
         mine = chapter_ids.get(cell_id(cell)) if cell_id(cell) else None
