@@ -353,6 +353,16 @@ def _grade_all(todo: list[Path], one: Callable[[Path, KernelGroup], None], jobs:
     pool.shutdown(wait=True)
 
 
+def _announce(limits: Limits | None, sandbox: bool | str, seed: int, resumed: str | None) -> None:
+    """What the instructor reads before the class runs: the caps, what --resume left, the seed."""
+    if limits is not None:
+        print(describe(limits, sandbox), flush=True)
+    if resumed:
+        print(resumed, flush=True)
+    print(f"the checkers draw their inputs from seed {seed}, which no submission could know in advance (--seed {seed} "
+          "draws the same inputs again)", flush=True)
+
+
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
           sandbox: bool | str = True, resume: bool = False, seed: int | None = None,
@@ -388,13 +398,8 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     todo = [p for p in files if str(p) not in done and p.resolve() not in done_paths]
     pages = page_names([str(p) for p in files])
     sandbox = choose_or_say(sandbox)
-    if limits is not None:
-        print(describe(limits, sandbox), flush=True)
-    if resume:
-        print(f"--resume: {len(files) - len(todo)} submission(s) already in {csv_path}, {len(todo)} to grade",
-              flush=True)
-    print(f"the checkers draw their inputs from seed {seed}, which no submission could know in advance (--seed {seed} "
-          "draws the same inputs again)", flush=True)
+    _announce(limits, sandbox, seed, f"--resume: {len(files) - len(todo)} submission(s) already in {csv_path}, "
+              f"{len(todo)} to grade" if resume else None)
     graded: list[Graded] = []
     kernel_dir = Path(tempfile.mkdtemp(prefix="tfm-grade-kernel-"))
     start = time.perf_counter()
