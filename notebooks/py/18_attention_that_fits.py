@@ -19,8 +19,10 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/tfm-lesson/tfm_lesson/blob/v0.1.0/notebooks/18_attention_that_fits.ipynb)
 #
-# Every attention in this course so far builds the whole matrix of scores, one number for every (query, key)
-# pair: $(\text{q\_len}, \text{k\_len})$ numbers per head. At 4,096 tokens that matrix alone is 64 MiB per head in
+# Every attention you have written in this course builds the whole matrix of scores, one number for every
+# (query, key) pair: $(\text{q\_len}, \text{k\_len})$ numbers per head. (The package's `MultiHeadAttention`
+# hands the work to PyTorch's fused kernel when it need not return the weights, and that kernel does not; this
+# chapter shows how such a kernel works.) At 4,096 tokens that matrix alone is 64 MiB per head in
 # float32, and a softmax over it writes another one as large. Yet the models you will use read contexts of
 # hundreds of thousands of tokens. The attention kernels that run them never build that matrix. This chapter
 # shows how, and proves that nothing is lost: the result is the same attention, to rounding.
@@ -302,7 +304,7 @@ print("its log-sum-exp:", attention_lse(q, k, mask, block_size=7)[0, 2, 10].item
 # %% [markdown]
 # The gradients, in float64 so that rounding cannot hide a mistake: `torch.autograd.gradcheck` compares the
 # backward pass with finite differences, and the gradients are compared with the explicit path's (autograd
-# through the full matrix), with a padding and causal mask and a query that sees nothing.
+# through the full matrix), with a causal mask and a query that sees nothing.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -363,6 +365,10 @@ print(f"the (length, length) float32 matrix" + "".join(f"{n * n * 4 / 2**20:9.2f
 print("\nbest of 3 (ms)                   " + "".join(f"{n:>9,}" for n in lengths))
 for name in methods:
     print(f"{name:<38}" + "".join(f"{1e3 * s:9.1f}" for s in seconds[name]))
+tiled_over_explicit = [t / e for t, e in zip(seconds["tiled (flash_attention, tiles of 128)"],
+                                             seconds["explicit (chapter 01)"])]
+print(f"\ntiled time / explicit time: {tiled_over_explicit[0]:.1f} at {lengths[0]:,} tokens, "
+      f"{tiled_over_explicit[-1]:.1f} at {lengths[-1]:,}")
 
 # %% mystnb={"image": {"alt": "Log-log line chart of peak memory against sequence length from 256 to 4,096 tokens: the explicit attention climbs along the length-squared guide to over 100 MiB, while the tiled attention and PyTorch's fused SDPA stay near or below about 1 MiB, growing roughly linearly."}}
 viz.plot_scaling(lengths, {name: [b / 2**20 for b in peaks[name]] for name in methods},
@@ -378,9 +384,9 @@ viz.plot_scaling(lengths, {name: [b / 2**20 for b in peaks[name]] for name in me
 # The second table is the time. At short lengths the tiled version is a few times slower than the explicit one:
 # its tiles are a Python loop, about a dozen small PyTorch calls per tile, each paying Python's and PyTorch's
 # overhead, while the explicit path makes a handful of large calls that use the CPU's vector units well. As the
-# length grows, the explicit path writes and reads square matrices far larger than the CPU's caches, and at the
-# longest lengths the tiled loop can catch up with it or even pass it (compare the columns of the table above;
-# where that happens differs from machine to machine). SDPA, a compiled kernel that
+# length grows, the explicit path writes and reads square matrices far larger than the CPU's caches, so how the
+# two compare at the longest lengths differs from machine to machine: the last line under the table prints the
+# ratio of their times at the shortest and at the longest length on yours. SDPA, a compiled kernel that
 # also works tile by tile, is usually the fastest of the three. Speed on a CPU is not what a Python
 # FlashAttention is for. On a GPU the same algorithm, written as one fused kernel, keeps each tile in the chip's
 # fast on-chip memory and avoids writing the square matrix to the slow main memory and reading it back: there it
