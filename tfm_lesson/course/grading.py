@@ -154,15 +154,16 @@ class _Outcome:
             if error:
                 self.answer_errors.setdefault(ex.number, []).append(error)
         elif kind == "check":
-            passed, message = verdict(ex, _trace_path(self.scratch, ex, self.token), self.code, cell_error(cell),
-                                      self.checking.checkers[ex.checker], self.checking.keywords[ex.number],
-                                      self.checking.salt)
-            self.results[ex.number].passed, self.results[ex.number].message = passed, message
+            r = self.results[ex.number]
+            r.passed, r.message, r.credit, r.checks = verdict(
+                ex, _trace_path(self.scratch, ex, self.token), self.code, cell_error(cell),
+                self.checking.checkers[ex.checker], self.checking.keywords[ex.number], self.checking.salt)
 
     def final(self) -> list[Result]:
         """The results, once broken exercises and answer errors are told (a passed exercise carries no message)."""
         for number, reason in self.broken.items():
-            self.results[number].passed, self.results[number].message = False, reason
+            r = self.results[number]
+            r.passed, r.message, r.credit, r.checks = False, reason, 0.0, ""
         for number, errors in self.answer_errors.items():
             if not self.results[number].passed:
                 self.results[number].message += f" (your exercise cell raised {errors[0]})"
@@ -171,6 +172,8 @@ class _Outcome:
                 r.message = ""
             elif len(r.message) > MESSAGE_LIMIT:  # an answer can raise a message of any size: the CSV keeps a page
                 r.message = f"{r.message[:MESSAGE_LIMIT]}... ({len(r.message) - MESSAGE_LIMIT} more characters cut)"
+            if r.checks and not r.passed:  # a checker with named checks: which passed, before its message
+                r.message = f"{r.checks} — {r.message}"
         return list(self.results.values())
 
 
@@ -401,7 +404,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
             if feedback is not None:
                 write_page(g, feedback, pages[g.submission], chapter_path.stem)
             graded.append(g)
-            score = sum(r.points for r in g.results)
+            score = round(sum(r.points for r in g.results), 2)
             print(f"{path}: {score} / {sum(e.points for e in exs)} ({g.seconds:.1f} s)"
                   + ("" if sandbox else ", without a sandbox"), flush=True)
 
