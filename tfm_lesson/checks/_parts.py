@@ -171,3 +171,27 @@ def credit(error: BaseException | None, tally: Tally | None) -> float:
     if error is None:
         return 1.0
     return tally.fraction if tally is not None else 0.0
+
+
+# the nbgrader and Otter exports run these in the submission's kernel (those tools grade there) -----------------------
+def partial_points(points: float, checker: Callable, /, *args: Any, **kwargs: Any) -> float | None:
+    """For nbgrader's autograded test cell: run the checker; None when it passes (nbgrader gives a test cell that
+    shows no value its full points); when it fails after passing some of its named checks, print its message and
+    return the points earned, ``points`` times its credit rounded to two decimals (nbgrader takes a test cell's
+    numeric value as its partial credit); otherwise raise its exception (0 points)."""
+    error, tally = scored(checker, *args, **kwargs)
+    if error is None:
+        return None
+    earned = round(points * credit(error, tally), 2)
+    if tally is None or earned <= 0:
+        raise error
+    print(f"{type(error).__name__}: {error}\n({tally.summary()}: {earned:g} of {points:g} points)")
+    return earned
+
+
+def reached(check: int, checker: Callable, /, *args: Any, **kwargs: Any) -> None:
+    """For Otter's test case of a checker's ``check``-th named check (1-based): run the checker; raise its exception
+    unless it got past that check (a checker without named checks: unless it passed)."""
+    error, tally = scored(checker, *args, **kwargs)
+    if error is not None and (tally is None or tally.reached < check):
+        raise error
