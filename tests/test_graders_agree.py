@@ -106,6 +106,8 @@ def _course_grade(tmp: Path, answers) -> dict[str, list[float]]:
     with open(tmp / "grades.csv", newline="") as f:
         for row in csv.DictReader(f):
             points.setdefault(Path(row["submission"]).stem, []).append(float(row["points"]))
+            if row["message"]:
+                print("course grade:", Path(row["submission"]).stem, row["exercise"], row["message"][:300])
     return points
 
 
