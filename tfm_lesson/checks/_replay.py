@@ -39,7 +39,7 @@ from ._mistake import Mistake
 from ._parts import Tally, credit, scored
 from ._salt import salted
 from ._replay_state import (Divergence, Owned, _NotValue, _not_value, _perform, exception_from, exception_to,
-                            restore_globals, snapshot_globals)
+                            no_collection, restore_globals, snapshot_globals)
 from ._wire import WireError, decode, digest, encode, importable_name
 
 __all__ = ["Handle", "record", "replay", "replay_scored", "learner_side", "recording", "replaying", "passed_line", "Divergence",
@@ -399,7 +399,7 @@ def replay_scored(checker: Callable, trace: Any, kwargs: dict, answers_source: s
     """:func:`replay`, with the credit the replayed checker earned (1 when it passed; the fraction of its named
     checks it passed, :mod:`._parts`; 0 for a record that does not replay) and its tally (None without named
     checks). The credit comes from the checker's own steps here, in the grader's process."""
-    with _lock:
+    with _lock, no_collection():
         start = snapshot_globals()
         tally: Tally | None = None
         try:
