@@ -29,8 +29,10 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   grader keeps 1 MB (and the end of what it printed), the rest is dropped with a note, whatever the score.
 
 Points: each exercise is worth its **Importance** (1 to 3, the label above it in the chapter); an exercise without
-the label is worth 1. The CSV has one row per submission and exercise: ``submission, exercise, passed, points,
-max_points, message`` (the checker's message verbatim); ``--feedback`` writes one Markdown page per submission
+the label is worth 1; a checker with named checks (:mod:`tfm_lesson.checks._parts`) that passes some of them earns
+that fraction of the points (two decimals), computed as the grader replays it. The CSV has one row per submission
+and exercise: ``submission, exercise, passed, points, max_points, message`` (the checker's message verbatim, after
+which of its named checks passed); ``--feedback`` writes one Markdown page per submission
 (the checker's messages fenced so that nothing in them can end the code block or write a score line).
 """
 from __future__ import annotations
