@@ -51,9 +51,14 @@ CLASS = {
 def _answers(chapter) -> dict[str, dict[int, str | None]]:
     """Each submission's answer to each exercise (the chapter's solution unless ``CLASS`` says otherwise)."""
     solutions = {ex.number: strip_title(chapter.cells[ex.solution_index].source) for ex in exercises(chapter)}
-    # exercise 3 with sqrt(d_model) for sqrt(d_k), its own (right) split_heads beside it: its projections pass
-    scaled = solutions[1] + "\n\n" + solutions[3].replace("math.sqrt(self.d_k)", "math.sqrt(self.heads * self.d_k)")
-    assert scaled != solutions[1] + "\n\n" + solutions[3]
+    # exercise 3 with sqrt(d_model) for sqrt(d_k) (its projections pass), splitting the heads with a helper of its
+    # own, so that exercise 1's bug stays in exercise 1 with nbgrader and Otter too (they run the student's
+    # split_heads; Otter even runs every test after the whole notebook, so redefining split_heads would mend
+    # exercise 1 there)
+    helper = solutions[1].replace("def split_heads(", "def _to_heads(")
+    scaled = helper + "\n\n" + solutions[3].replace("math.sqrt(self.d_k)", "math.sqrt(self.heads * self.d_k)"
+                                                      ).replace("split_heads(", "_to_heads(")
+    assert scaled.count("math.sqrt(self.heads * self.d_k)") == 1 and "split_heads" not in scaled
     out = {}
     for name, (changes, _) in CLASS.items():
         answers = dict(solutions)
