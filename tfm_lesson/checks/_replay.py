@@ -42,7 +42,8 @@ from ._replay_state import (Divergence, Owned, _NotValue, _not_value, _perform, 
                             no_collection, restore_globals, snapshot_globals)
 from ._wire import WireError, decode, digest, encode, importable_name
 
-__all__ = ["Handle", "record", "replay", "replay_scored", "learner_side", "recording", "replaying", "passed_line", "Divergence",
+__all__ = ["Handle", "record", "replay", "replay_scored", "learner_side", "recording", "replaying", "passed_line",
+           "Divergence",
            "TRACE_LIMIT"]
 
 TRACE_LIMIT = 64 * 1024 * 1024  # bytes of record a check may leave (the largest honest one is under 1 MB)
