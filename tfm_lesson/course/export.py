@@ -44,16 +44,17 @@ SCHEMA_VERSION = 3  # nbgrader's cell metadata schema
 CELL_TIME_LIMIT = 600  # seconds per cell, by default, in both tools (a chapter's training cell takes minutes on a CPU)
 
 
-def _fresh_check(ex: Exercise, indent: str = "", run: str | None = None) -> str:
-    """The lines of a test that imports the checkers afresh and runs the exercise's checker (through ``run``, a
-    function of ``tfm_lesson.checks._parts`` called with its leading argument, for partial credit)."""
+def _fresh_check(ex: Exercise, indent: str = "", run: tuple[str, int] | None = None) -> str:
+    """The lines of a test that imports the checkers afresh and runs the exercise's checker; with ``run``, (a function
+    of ``tfm_lesson.checks._parts``, its first argument), through that function, for partial credit."""
     checker = f"tfm_lesson.checks.{ex.checker}"
     return "\n".join(indent + line for line in [
         "import sys",
         "for _name in [m for m in list(sys.modules) if m == 'tfm_lesson.checks' or m.startswith('tfm_lesson.checks.')]:",
         "    del sys.modules[_name]  # the checkers as installed, whatever an answer cell rebound",
         "import tfm_lesson.checks",
-        f"{checker}({ex.arguments})" if run is None else f"tfm_lesson.checks._parts.{run}, {checker}, {ex.arguments})",
+        f"{checker}({ex.arguments})" if run is None else
+        f"tfm_lesson.checks._parts.{run[0]}({run[1]}, {checker}, {ex.arguments})",
     ])
 
 
@@ -121,7 +122,7 @@ def nbgrader_notebook(chapter: Any) -> Any:
             # test cell outputs a single number [...] it will use that as the number of points"; the code:
             # nbgrader.utils.determine_grade and get_partial_grade, 0.9.6); a cell that shows nothing scores full
             # points, one that raises 0. partial_points shows the points a checker with named checks earned.
-            run = f"partial_points({ex.points}" if named_checks_of(ex) else None
+            run = ("partial_points", ex.points) if named_checks_of(ex) else None
             test["source"] = f"# {ex.title}: {ex.points} point(s). The checker's message names the mistake.\n" + \
                 _fresh_check(ex, run=run)
             cells.append(test)
@@ -217,7 +218,7 @@ def _otter_tests(ex: Exercise) -> list[str]:
                "the chapter).")
     named = named_checks_of(ex)
     runs = [(f"test_ex{ex.number}", None)] if not named else [
-        (f"test_ex{ex.number}_{k}", f"reached({k}") for k in range(1, len(named) + 1)]
+        (f"test_ex{ex.number}_{k}", ("reached", k)) for k in range(1, len(named) + 1)]
     tests = []
     for (name, run), check in zip(runs, named or [None]):
         what = f"{ex.title}: {message}" if check is None else f"{ex.title}, check {check!r}: {message}"
