@@ -120,3 +120,50 @@ def test_make_checker_weights_each_case():
     wrong = make_checker("double", inputs=lambda g: [(torch.tensor([1.0]),)], reference=lambda x: 2 * x,
                          weights=[1, 1])
     assert "one weight per case" in str(scored(wrong, lambda x: 2 * x)[0])
+
+
+def test_a_finalizer_during_the_replay_cannot_break_its_source_rules(tmp_path):
+    """A finalizer that parses source (asyncio's "Task exception was never retrieved" formats a traceback, left by a
+    kernel the grader restarted) run by the garbage collector inside the source rules' own ast.parse broke CPython
+    3.11's AST conversion ("SystemError: AST constructor recursion depth mismatch"): no collection while replaying."""
+    import ast
+    import gc
+
+    from tfm_lesson.checks import check_multi_head_attention as _mha
+    from tfm_lesson.checks._rules_static import CELL_SEPARATOR
+
+    direct = inspect.unwrap(_mha)
+    source = "import torch\nfrom torch import nn\n" + "\n".join(f"x{i} = [{i}, ({i}, {i})]" for i in range(300)) + \
+        "\nclass Mine(nn.Module):\n    pass\n"
+
+    running = [True]
+
+    class Parses:
+        """Garbage in a cycle whose finalizer parses source and leaves the same garbage again: there is one for
+        every collection, as long as ``running``."""
+
+        def __init__(self):
+            self.me = self  # a cycle: only the collector frees it
+
+        def __del__(self):
+            if running[0]:
+                ast.parse("a = (1, [2, {3: (4, 5)}])\n" * 20)
+                Parses()
+
+    def replay_with_garbage():
+        path = str(tmp_path / "t.json")
+        _replay.record(direct, [torch.nn.Module], {}, path)
+        trace = json.loads(open(path).read())
+        before = gc.get_threshold()
+        running[0] = True
+        gc.set_threshold(50)
+        try:
+            Parses()
+            return _replay.replay_scored(direct, trace, {}, CELL_SEPARATOR.join([source]), ["Mine"])
+        finally:
+            running[0] = False
+            gc.set_threshold(*before)
+            gc.collect()
+
+    passed, message, *_ = replay_with_garbage()  # (on Python 3.11.7 without no_collection: that SystemError)
+    assert not passed and "SystemError" not in message and "Module(16, 4)" in message, message
