@@ -91,6 +91,8 @@ def test_nbgrader_metadata_and_regions():
     assert len(answers) == 3 and len(tests) == 4  # the exercises' and the quiz's
     assert all(c.source.startswith("### BEGIN SOLUTION\n") and "### END SOLUTION" in c.source for c in answers)
     assert [c.metadata["nbgrader"]["points"] for c in tests] == [3, 3, 3, 4]  # the quiz: a point a question
+    # the exercises' test cells show the points a checker with named checks earned (nbgrader's partial credit)
+    assert all("tfm_lesson.checks._parts.partial_points(3, tfm_lesson.checks.check_" in c.source for c in tests[:3])
     assert all(c.metadata["nbgrader"]["locked"] for c in nb.cells if c not in answers and c not in hand_in)
 
 
@@ -98,11 +100,16 @@ def test_otter_format_cells():
     nb = otter_notebook(_exercises_only(), "ch03")
     raws = [c.source for c in nb.cells if c.cell_type == "raw"]
     assert raws[0].startswith("# ASSIGNMENT CONFIG")
+    # each named check of a checker is a test case worth its share of the points (tfm_lesson.checks._parts)
     assert [r for r in raws if r.startswith("# BEGIN QUESTION")] == [
-        *(f"# BEGIN QUESTION\nname: ex{n}\npoints: 3" for n in (1, 2, 3)), "# BEGIN QUESTION\nname: quiz03\npoints: 4"]
+        *(f"# BEGIN QUESTION\nname: ex{n}\npoints: {p}" for n, p in ((1, "[0.75, 0.75, 1.5]"), (2, "[0.75, 0.75, 1.5]"),
+                                                                    (3, "[0.6, 1.2, 0.6, 0.6]"))),
+        "# BEGIN QUESTION\nname: quiz03\npoints: 4"]
     assert raws.count("# BEGIN SOLUTION") == 3 and raws.count("# BEGIN TESTS") == 4
     tests = [c.source for c in nb.cells if c.cell_type == "code" and "BEGIN TEST CONFIG" in c.source]
-    assert len(tests) == 3 + 4 and all("failure_message:" in t for t in tests)  # the quiz: a test a question
+    assert len(tests) == 10 + 4 and all("failure_message:" in t for t in tests)  # the quiz: a test a question
+    assert any("_parts.reached(4, tfm_lesson.checks.check_multi_head_attention, MyMultiHeadAttention)" in t
+               for t in tests)
 
 
 def test_exports_carry_no_fold_of_the_chapter():
@@ -175,15 +182,16 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
         scores = {s: gb.find_submission("ch03", s).score for s in subs}
         hostile_grades = {g.name: (g.auto_score, g.needs_manual_grade)
                           for g in gb.find_submission_notebook("ch", "ch03", "hostile").grades}
-    # the loop: exercise 1, and 3 that uses it; hostile: its emptied test cell is nbgrader's again and the patched
-    # checker is imported afresh (exercise 1: 0), and its deleted test cell waits for the instructor
-    assert scores == {"correct": 9, "buggy": 6, "empty": 0, "loop": 3, "swallow": 0, "hostile": 3}
+    # the loop: exercise 1, and 3 that uses it (its projections pass: 1 of its 5 weights); hostile: its emptied
+    # test cell is nbgrader's again and the patched checker is imported afresh (exercise 1: shape and dtype pass,
+    # half its points), and its deleted test cell waits for the instructor
+    assert scores == {"correct": 9, "buggy": 6, "empty": 0, "loop": 3.6, "swallow": 0, "hostile": 4.5}
     # the loop that catches the interrupt: nbgrader's limit acts from its own process (nbclient there waits
     # --timeout, interrupts, gives up 4 s later and shuts the kernel down): that submission is reported as not
     # graded (0 in the gradebook) and the others are graded
     assert "Timeout waiting for IOPub output" in log and "for student 'swallow'" in log, log[-3000:]
     assert not (course / "autograded" / "swallow" / "ch03").exists()
-    assert hostile_grades == {"ex1-check": (0, False), "ex2-check": (3, False), "ex3-check": (None, True),
+    assert hostile_grades == {"ex1-check": (1.5, False), "ex2-check": (3, False), "ex3-check": (None, True),
                               "quiz03": (0, False)}  # the quiz left unanswered, as handed out: 0 of its 4
     graded = nbformat.read(course / "autograded" / "buggy" / "ch03" / "ch.ipynb", as_version=4)
     feedback = json.dumps([c.outputs for c in graded.cells if c.cell_type == "code"])
@@ -259,15 +267,15 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
             results[name] = {t["name"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
 
     def scores(name):
-        return [results[name][f"ex{n}"].get("score", 0) or 0 for n in (1, 2, 3)]
+        return [round(results[name][f"ex{n}"].get("score", 0) or 0, 2) for n in (1, 2, 3)]
 
     assert [sum(scores(n)) for n in ("correct", "buggy", "empty")] == [9, 6, 0]
     assert "WRITE IT YOURSELF" in results["buggy"]["ex3"]["output"]
     # the test's failure text comes first and points down to the result, where the checker's message is
     text = results["buggy"]["ex3"]["output"]
     assert text.index("the checker's message, in the result below, names the mistake") < text.index("WRITE IT")
-    # the endless loop costs exercise 1 (and 3, which uses split_heads); exercise 2 still scores
-    assert scores("loop") == [0, 3, 0]
+    # the endless loop costs exercise 1 (and 3, which uses split_heads, but for its projections); exercise 2 scores
+    assert scores("loop") == [0, 3, 0.6]
     # the loop that catches the interrupt: its kernel is killed `grace` (5) s later and `otter run` ends with the
     # reason, as a submission whose container fails under `otter grade` (no results: 0 there)
     code, text = outputs["swallow"]
@@ -277,7 +285,7 @@ def test_otter_assign_and_run_score_and_name_the_mistake(tmp_path):
     # deleted check calls and a patched checker change nothing; the deleted exercise scores 0
     from tfm_lesson.checks.heads import SPLIT_NO_TRANSPOSE
 
-    assert scores("hostile") == [0, 3, 0]
+    assert scores("hostile") == [1.5, 3, 0]  # exercise 1: shape and dtype pass, the values do not
     assert SPLIT_NO_TRANSPOSE in results["hostile"]["ex1"]["output"]
     assert "MyMultiHeadAttention" in results["hostile"]["ex3"]["output"]  # NameError: the class is not there
     # a file that is not a notebook: `otter run` stops on it with the reason (no results.json); one run per file

@@ -184,7 +184,7 @@ def test_the_quiz_line_reaches_the_csv_the_feedback_page_and_the_gradebook(tmp_p
         ("subs/alice.ipynb", "True", "4", "4"), ("subs/bob.ipynb", "False", "2", "4")]
     assert rows[1]["message"] == "2 of 4 right (questions right: 2, 3; wrong: 1; unanswered: 4)"
     page = feedback_page(bob, "03_multi_head_attention")
-    assert "**Score: 2 / 7**" in page and "## Quiz 03: 2 / 4 (not passed)" in page and "wrong: 1" in page
+    assert "**Score: 2 / 7**" in page and "## Quiz 03: 2 / 4 (partly passed)" in page and "wrong: 1" in page
     (tmp_path / "roster.csv").write_text("id,email\nalice,a@x\nbob,b@x\n")
     code, _, err = call_main(main, ["gradebook", "--roster", str(tmp_path / "roster.csv"), "--grades",
                                     f"ch03={tmp_path / 'ch03.csv'}", "--out", str(tmp_path / "b.csv")], capsys)

@@ -11,8 +11,9 @@ import importlib
 import pkgutil
 
 from ._harness import Mistake
+from ._parts import named_checks, part, parts
 
-__all__ = ["Mistake"]
+__all__ = ["Mistake", "named_checks", "parts", "part"]
 
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     if not _info.name.startswith("_"):

@@ -82,6 +82,9 @@ class Mistake(AssertionError):
     def _render_traceback_(self) -> list[str]:
         red, bold, reset = "\x1b[31m", "\x1b[1m", "\x1b[0m"
         lines = [f"{red}{bold}Mistake{reset}{red}: {self}{reset}"]
+        tally = getattr(self, "_tfm_tally", None)  # a checker with named checks: how far it got (checks._parts)
+        if isinstance(tally, str):
+            lines.append(f"{red}({tally}){reset}")
         frames = _learner_frames(self)
         if frames:
             lines.append("")

@@ -36,12 +36,14 @@ import torch
 
 from . import _rules
 from ._mistake import Mistake
+from ._parts import Tally, credit, scored
 from ._salt import salted
 from ._replay_state import (Divergence, Owned, _NotValue, _not_value, _perform, exception_from, exception_to,
-                            restore_globals, snapshot_globals)
+                            no_collection, restore_globals, snapshot_globals)
 from ._wire import WireError, decode, digest, encode, importable_name
 
-__all__ = ["Handle", "record", "replay", "learner_side", "recording", "replaying", "passed_line", "Divergence",
+__all__ = ["Handle", "record", "replay", "replay_scored", "learner_side", "recording", "replaying", "passed_line",
+           "Divergence",
            "TRACE_LIMIT"]
 
 TRACE_LIMIT = 64 * 1024 * 1024  # bytes of record a check may leave (the largest honest one is under 1 MB)
@@ -388,8 +390,19 @@ def replay(checker: Callable, trace: Any, kwargs: dict, answers_source: str | No
     checker's success line, or the mistake it names).
     ``answers_source`` is the learner's code as the grader extracted it and ``answer_names`` the names the check
     call passes, for the source rules; ``salt`` the one the kernel was given (:mod:`._salt`)."""
-    with _lock:
+    passed, message, *_ = replay_scored(checker, trace, kwargs, answers_source, answer_names, salt)
+    return passed, message
+
+
+def replay_scored(checker: Callable, trace: Any, kwargs: dict, answers_source: str | None = None,
+                  answer_names: list[str] | None = None,
+                  salt: int | None = None) -> tuple[bool, str, float, Tally | None]:
+    """:func:`replay`, with the credit the replayed checker earned (1 when it passed; the fraction of its named
+    checks it passed, :mod:`._parts`; 0 for a record that does not replay) and its tally (None without named
+    checks). The credit comes from the checker's own steps here, in the grader's process."""
+    with _lock, no_collection():
         start = snapshot_globals()
+        tally: Tally | None = None
         try:
             if not isinstance(trace, dict) or trace.get("version") != 1 or trace.get("checker") != _name(checker):
                 raise Divergence("the kernel's record is not this check's")
@@ -400,15 +413,18 @@ def replay(checker: Callable, trace: Any, kwargs: dict, answers_source: str | No
                 raise Divergence(f"the record holds {len(metas)} answers, the check takes {len(answer_names)}")
             args = [session.handle({"H": i, "new": meta}) for i, meta in enumerate(metas)]
             with _active(session), _rules.source(answers_source, answer_names), salted(salt):
-                inspect.unwrap(checker)(*args, **kwargs)  # the checker itself, under any wrapper put in front of it
+                # the checker itself, under any wrapper put in front of it
+                error, tally = scored(inspect.unwrap(checker), *args, **kwargs)
+            if error is not None:
+                raise error
             if session.at != len(session.entries):
                 raise Divergence(f"the check ended after {session.at} of the {len(session.entries)} recorded steps")
-            return True, "\n".join(session.passed)
+            return True, "\n".join(session.passed), 1.0, tally
         except Mistake as exc:
-            return False, str(exc)
+            return False, str(exc), credit(exc, tally), tally
         except (Divergence, WireError) as exc:
-            return False, f"the grader could not replay the check from the kernel's record ({exc})"
-        except BaseException as exc:  # a checker's own failure: a grade of 0 with the reason, never a crash
-            return False, f"the check stopped with {type(exc).__name__}: {exc}"
+            return False, f"the grader could not replay the check from the kernel's record ({exc})", 0.0, None
+        except BaseException as exc:  # a checker's own failure: the checks it passed before, with the reason
+            return False, f"the check stopped with {type(exc).__name__}: {exc}", credit(exc, tally), tally
         finally:
             restore_globals(start)

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ..attention import MultiHeadAttention
 from ._harness import Mistake, call, check_on_device, close, diagnose, expect, output_of, passed
+from ._parts import named_checks, part, parts
 from ._rules import forbid_names, forbid_reference_base
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention"]
@@ -134,47 +135,88 @@ def _view_hint(exc: Mistake) -> Mistake:
     return exc
 
 
-def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> None:
-    """``fn(x, heads)``: ``x (batch, len, d_model)`` -> ``(batch, heads, len, d_k)`` with ``d_k = d_model / heads``,
-    head ``h`` holding features ``h*d_k .. (h+1)*d_k - 1`` of every position."""
-    gen = torch.Generator().manual_seed(3)
-    cases = _shapes(gen)
-    for (batch, length, heads, d_k), dtype in zip(cases, DTYPES * len(cases)):
-        x = torch.randn(batch, length, heads * d_k, generator=gen, dtype=torch.float64).to(dtype)
+SPLIT_CHECKS = {"shape": 1, "dtype": 1, "values": 2}  # named checks, in order, with their weights (checks._parts)
+MERGE_CHECKS = {"shape": 1, "dtype": 1, "values": 2}
+
+
+def _outputs(fn: Callable, inputs: list[tuple[Tensor, int]], what: str, with_heads: bool) -> list[Tensor]:
+    """The learner's output for each input: ``fn(x, heads)``, or ``fn(x)`` without ``with_heads``."""
+    outs = []
+    for x, heads in inputs:
         try:
-            got = output_of(call(fn, x.clone(), heads, what="your split_heads"))
+            outs.append(output_of(call(fn, x.clone(), *((heads,) if with_heads else ()), what=what)))
         except Mistake as exc:
             raise _view_hint(exc) from None
-        want = _split(x, heads)
-        if got.shape == (batch, length, heads, d_k) and got.shape != want.shape:
-            raise Mistake(f"output has shape {tuple(got.shape)} = (batch, len, heads, d_k): the view is right but "
-                          "the .transpose(1, 2) that puts heads before positions is missing")
-        expect(got.dtype == dtype, f"output dtype is {got.dtype}, but x was {dtype}: keep the input's dtype")
-        diagnose(got, want, {SPLIT_NO_TRANSPOSE: _split(x, heads, "no_transpose"),
-                             SPLIT_INTERLEAVED: _split(x, heads, "interleaved")},
-                 f"for x of shape {tuple(x.shape)} and heads={heads} the output should be (batch, heads, len, d_k) = "
-                 f"{tuple(want.shape)}, with head h holding features h*d_k:(h+1)*d_k", atol=0.0)
+    return outs
+
+
+@named_checks(SPLIT_CHECKS)
+def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> None:
+    """``fn(x, heads)``: ``x (batch, len, d_model)`` -> ``(batch, heads, len, d_k)`` with ``d_k = d_model / heads``,
+    head ``h`` holding features ``h*d_k .. (h+1)*d_k - 1`` of every position. Named checks: every case's shape,
+    then dtype, then values."""
+    gen = torch.Generator().manual_seed(3)
+    cases = _shapes(gen)
+    inputs = [(torch.randn(batch, length, heads * d_k, generator=gen, dtype=torch.float64).to(dtype), heads)
+              for (batch, length, heads, d_k), dtype in zip(cases, DTYPES * len(cases))]
+    with parts(check_split_heads):
+        part("shape")
+        outs = _outputs(fn, inputs, "your split_heads", with_heads=True)
+        for (batch, length, heads, d_k), (x, _), got in zip(cases, inputs, outs):
+            want_shape = (batch, heads, length, d_k)
+            if got.shape == (batch, length, heads, d_k) and got.shape != want_shape:
+                raise Mistake(f"output has shape {tuple(got.shape)} = (batch, len, heads, d_k): the view is right but "
+                              "the .transpose(1, 2) that puts heads before positions is missing")
+            expect(got.shape == want_shape, f"output has shape {tuple(got.shape)}, expected {want_shape}. "
+                                            + _split_fallback(x, heads, want_shape))
+        part("dtype")
+        for (x, _), got in zip(inputs, outs):
+            expect(got.dtype == x.dtype, f"output dtype is {got.dtype}, but x was {x.dtype}: keep the input's dtype")
+        part("values")
+        for (x, heads), got in zip(inputs, outs):
+            want = _split(x, heads)
+            diagnose(got, want, {SPLIT_NO_TRANSPOSE: _split(x, heads, "no_transpose"),
+                                 SPLIT_INTERLEAVED: _split(x, heads, "interleaved")},
+                     _split_fallback(x, heads, tuple(want.shape)), atol=0.0)
     passed("check_split_heads", f"{len(cases)} shapes, float32 and float64, every head holds its own block of d_k "
                                 "features")
 
 
+def _split_fallback(x: Tensor, heads: int, want: tuple) -> str:
+    return (f"for x of shape {tuple(x.shape)} and heads={heads} the output should be (batch, heads, len, d_k) = "
+            f"{want}, with head h holding features h*d_k:(h+1)*d_k")
+
+
+def _merge_fallback(x: Tensor, want: tuple) -> str:
+    return (f"for x of shape {tuple(x.shape)} the output should be (batch, len, d_model) = {want}, the heads' d_k "
+            "features side by side for each position")
+
+
+@named_checks(MERGE_CHECKS)
 def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> None:
-    """``fn(x)``: ``x (batch, heads, len, d_k)`` -> ``(batch, len, d_model)``, the inverse of splitting."""
+    """``fn(x)``: ``x (batch, heads, len, d_k)`` -> ``(batch, len, d_model)``, the inverse of splitting. Named checks:
+    every case's shape, then dtype, then values."""
     gen = torch.Generator().manual_seed(4)
     cases = _shapes(gen)
-    for (batch, length, heads, d_k), dtype in zip(cases, DTYPES * len(cases)):
-        x = torch.randn(batch, heads, length, d_k, generator=gen, dtype=torch.float64).to(dtype)
-        try:
-            got = output_of(call(fn, x.clone(), what="your merge_heads"))
-        except Mistake as exc:
-            raise _view_hint(exc) from None
-        want = _merge(x)
-        expect(got.dtype == dtype, f"output dtype is {got.dtype}, but x was {dtype}: keep the input's dtype")
-        diagnose(got, want, {MERGE_NO_TRANSPOSE: _merge(x, "no_transpose"),
-                             MERGE_INTERLEAVED: _merge(x, "interleaved")},
-                 f"for x of shape {tuple(x.shape)} the output should be (batch, len, d_model) = {tuple(want.shape)}, "
-                 "the heads' d_k features side by side for each position", atol=0.0)
-        expect(close(_split(got, heads), x, atol=0.0), "merging then splitting again should give back x exactly")
+    inputs = [(torch.randn(batch, heads, length, d_k, generator=gen, dtype=torch.float64).to(dtype), heads)
+              for (batch, length, heads, d_k), dtype in zip(cases, DTYPES * len(cases))]
+    with parts(check_merge_heads):
+        part("shape")
+        outs = _outputs(fn, inputs, "your merge_heads", with_heads=False)
+        for (batch, length, heads, d_k), (x, _), got in zip(cases, inputs, outs):
+            want_shape = (batch, length, heads * d_k)
+            expect(got.shape == want_shape, f"output has shape {tuple(got.shape)}, expected {want_shape}. "
+                                            + _merge_fallback(x, want_shape))
+        part("dtype")
+        for (x, _), got in zip(inputs, outs):
+            expect(got.dtype == x.dtype, f"output dtype is {got.dtype}, but x was {x.dtype}: keep the input's dtype")
+        part("values")
+        for (x, heads), got in zip(inputs, outs):
+            want = _merge(x)
+            diagnose(got, want, {MERGE_NO_TRANSPOSE: _merge(x, "no_transpose"),
+                                 MERGE_INTERLEAVED: _merge(x, "interleaved")},
+                     _merge_fallback(x, tuple(want.shape)), atol=0.0)
+            expect(close(_split(got, heads), x, atol=0.0), "merging then splitting again should give back x exactly")
     passed("check_merge_heads", f"{len(cases)} shapes, float32 and float64, and split(merge(x)) == x")
 
 
@@ -311,12 +353,76 @@ def _mha_mask(mask_kind: str | None, batch: int, q_len: int, k_len: int, gen: to
     return mask
 
 
+MHA_CHECKS = {"projections": 1, "without a mask": 2, "with a mask": 1, "queries that see no key": 1}
+
+
+def _mha_part(mask_kind: str | None) -> str:
+    """Which named check a case belongs to (its mask says)."""
+    if mask_kind is None:
+        return "without a mask"
+    return "with a mask" if mask_kind in ("padding", "causal") else "queries that see no key"
+
+
+def _mha_build(cls: type[nn.Module], case: tuple, gen: torch.Generator) -> tuple:
+    """The reference, the learner's module loaded with its weights, and the inputs of one case (the reference's and
+    the learner's weights drawn from the global generator, the inputs from ``gen``, in the cases' order)."""
+    batch, q_len, k_len, d_model, heads, kind, mask_kind, dtype = case
+    ref = MultiHeadAttention(d_model, heads).to(dtype).eval()
+    model = call(cls, d_model, heads, what=f"{getattr(cls, '__name__', 'your class')}({d_model}, {heads})")
+    expect(isinstance(model, nn.Module), "your class must be an nn.Module (subclass torch.nn.Module)")
+    _check_layout(model, d_model)
+    missing = model.load_state_dict(ref.state_dict(), strict=False).missing_keys
+    expect(not any(m.split(".")[0] in ("w_q", "w_k", "w_v", "w_o") for m in missing),
+           f"could not load the reference's weights: missing {missing}")
+    model = model.to(dtype).eval()
+    x = torch.randn(batch, q_len, d_model, generator=gen, dtype=torch.float64).to(dtype)
+    if kind == "self":
+        q = k = v = x
+    else:
+        q = x  # (batch, q_len, d_model), e.g. the decoder's states
+        k = v = torch.randn(batch, k_len, d_model, generator=gen, dtype=torch.float64).to(dtype)  # the encoder's
+    return ref, model, q, k, v, _mha_mask(mask_kind, batch, q_len, k_len, gen)
+
+
+def _mha_compare(case: tuple, ref: nn.Module, model: nn.Module, q: Tensor, k: Tensor, v: Tensor,
+                 mask: Tensor | None) -> None:
+    """The learner's output for one case against the reference's; a Mistake naming what differs."""
+    batch, q_len, k_len, d_model, heads, kind, mask_kind, dtype = case
+    empty = None if mask is None else ~mask.expand(batch, heads, q_len, k_len).any(-1).all(1)  # (batch, q_len)
+    kwargs = {} if mask is None else {"mask": mask}
+    with torch.no_grad():
+        got = _cross_call(model, q, k, v, kwargs, kind, q_len, k_len)
+        want, _ = ref(q, k, v, mask)
+        want_explicit, _ = ref(q, k, v, mask, need_weights=True)
+        assert close(want, want_explicit), "internal: reference paths disagree"
+        setting = (f"{kind}-attention, batch={batch}, q_len={q_len}, k_len={k_len}, d_model={d_model}, "
+                   f"heads={heads}, mask={mask_kind}, {str(dtype).replace('torch.', '')}")
+        if got.shape != want.shape:
+            raise Mistake(f"{setting}: output has shape {tuple(got.shape)}, expected (batch, q_len, d_model) "
+                          f"= {tuple(want.shape)}")
+        expect(got.dtype == dtype, f"{setting}: output dtype {got.dtype}, expected {dtype}")
+        tol = 1e-5 if dtype == torch.float32 else 1e-9
+        if close(got, want, atol=tol):
+            if dtype == torch.float32 and mask_kind == "padding":  # once more on the chapter's GPU, if any
+                check_on_device(model, q, k, v, mask, expected=want, what="your module", atol=1e-4)
+            return
+        if empty is not None and bool(empty.any()):
+            _fully_masked(got, want, empty, _suspects(ref, q, k, v, mask),
+                          _mha_variant(ref, q, k, v, mask, fill=-1e9), setting, atol=tol)
+        diagnose(got, want, _suspects(ref, q, k, v, mask),
+                 f"{setting}: your output differs from tfm_lesson.MultiHeadAttention loaded with the same "
+                 "weights", atol=tol)
+
+
+@named_checks(MHA_CHECKS)
 def check_multi_head_attention(cls: type[nn.Module], *, written_yourself: bool = True) -> None:
     """``cls(d_model, heads)`` with ``w_q, w_k, w_v, w_o`` ``nn.Linear(d_model, d_model)`` layers and
     ``forward(query, key, value, mask=None)`` returning the output ``(batch, q_len, d_model)`` or
     ``(output, weights)``. The reference's weights are loaded into it; self- and cross-attention, with and
     without masks (True = may attend), in float32 and float64, must give the reference's output. That includes
     queries whose keys are all masked: their attention weights are 0, so their output is ``w_o(0)``, never NaN.
+    Named checks, in order: the projections (every setting's module built and loaded), the settings without a
+    mask, those with a mask, those with queries that see no key.
 
     ``written_yourself=True`` applies chapter 03 exercise 3's rule first (no subclass of the package's
     ``MultiHeadAttention``, no ready-made attention called); chapter 13 derives from the package's class on purpose,
@@ -325,50 +431,15 @@ def check_multi_head_attention(cls: type[nn.Module], *, written_yourself: bool =
         _written_yourself(cls)
     gen = torch.Generator().manual_seed(5)
     cases = _mha_cases(gen)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), parts(check_multi_head_attention):
         torch.manual_seed(5)
-        for batch, q_len, k_len, d_model, heads, kind, mask_kind, dtype in cases:
-            ref = MultiHeadAttention(d_model, heads).to(dtype).eval()
-            model = call(cls, d_model, heads, what=f"{getattr(cls, '__name__', 'your class')}({d_model}, {heads})")
-            expect(isinstance(model, nn.Module), "your class must be an nn.Module (subclass torch.nn.Module)")
-            _check_layout(model, d_model)
-            missing = model.load_state_dict(ref.state_dict(), strict=False).missing_keys
-            expect(not any(m.split(".")[0] in ("w_q", "w_k", "w_v", "w_o") for m in missing),
-                   f"could not load the reference's weights: missing {missing}")
-            model = model.to(dtype).eval()
-
-            x = torch.randn(batch, q_len, d_model, generator=gen, dtype=torch.float64).to(dtype)
-            if kind == "self":
-                q = k = v = x
-            else:
-                q = x  # (batch, q_len, d_model), e.g. the decoder's states
-                k = v = torch.randn(batch, k_len, d_model, generator=gen, dtype=torch.float64).to(dtype)  # encoder
-            mask = _mha_mask(mask_kind, batch, q_len, k_len, gen)
-            empty = None if mask is None else ~mask.expand(batch, heads, q_len, k_len).any(-1).all(1)  # (batch, q_len)
-
-            kwargs = {} if mask is None else {"mask": mask}
-            with torch.no_grad():
-                got = _cross_call(model, q, k, v, kwargs, kind, q_len, k_len)
-                want, _ = ref(q, k, v, mask)
-                want_explicit, _ = ref(q, k, v, mask, need_weights=True)
-                assert close(want, want_explicit), "internal: reference paths disagree"
-                setting = (f"{kind}-attention, batch={batch}, q_len={q_len}, k_len={k_len}, d_model={d_model}, "
-                           f"heads={heads}, mask={mask_kind}, {str(dtype).replace('torch.', '')}")
-                if got.shape != want.shape:
-                    raise Mistake(f"{setting}: output has shape {tuple(got.shape)}, expected (batch, q_len, d_model) "
-                                  f"= {tuple(want.shape)}")
-                expect(got.dtype == dtype, f"{setting}: output dtype {got.dtype}, expected {dtype}")
-                tol = 1e-5 if dtype == torch.float32 else 1e-9
-                if close(got, want, atol=tol):
-                    if dtype == torch.float32 and mask_kind == "padding":  # once more on the chapter's GPU, if any
-                        check_on_device(model, q, k, v, mask, expected=want, what="your module", atol=1e-4)
-                    continue
-                if empty is not None and bool(empty.any()):
-                    _fully_masked(got, want, empty, _suspects(ref, q, k, v, mask),
-                                  _mha_variant(ref, q, k, v, mask, fill=-1e9), setting, atol=tol)
-                diagnose(got, want, _suspects(ref, q, k, v, mask),
-                         f"{setting}: your output differs from tfm_lesson.MultiHeadAttention loaded with the same "
-                         "weights", atol=tol)
+        part("projections")
+        built = [_mha_build(cls, case, gen) for case in cases]
+        for name in list(MHA_CHECKS)[1:]:
+            part(name)
+            for case, setting in zip(cases, built):
+                if _mha_part(case[6]) == name:
+                    _mha_compare(case, *setting)
     passed("check_multi_head_attention", f"{len(cases)} settings (self- and cross-attention, padding and causal "
                                          "masks, queries with no visible key, float32 and float64) match "
                                          "tfm_lesson.MultiHeadAttention")

@@ -18,6 +18,7 @@ from torch import Tensor
 from ..sampling import filter_top_k, filter_top_p, next_token_probs
 from ..data.tokenizer import merge_pair
 from ._harness import Mistake, call, expect, passed
+from ._parts import named_checks, part, parts
 
 __all__ = ["check_bpe_merge", "check_next_token_probs", "check_next_token_windows"]
 
@@ -80,24 +81,38 @@ MERGE_CASES = [
 ]
 
 
+# the named checks (checks._parts): the cases of each, in the order they run, and their weights
+MERGE_GROUPS = {"repeated and separate pairs": [0, 1, 2, 3], "short lists": [4, 5, 6], "mixed pairs": [7, 8]}
+MERGE_CHECKS = {"repeated and separate pairs": 2, "short lists": 1, "mixed pairs": 1}
+
+
+def _merge_case(fn: Callable, ids: list, pair: tuple, new_id: int) -> None:
+    got = call(fn, list(ids), pair, new_id, what=f"your merge({ids}, {pair}, {new_id})")
+    if got is None:
+        raise Mistake(f"your merge({ids}, {pair}, {new_id}) returned None; did you forget a `return`?")
+    if isinstance(got, Tensor):
+        got = got.tolist()
+    if isinstance(got, tuple):
+        got = list(got)
+    expect(isinstance(got, list), f"your merge returned {type(got).__name__}; return a list of ints")
+    want = merge_pair(ids, pair, new_id)
+    if got == want:
+        return
+    for hint, buggy in MERGE_MISTAKES.items():
+        if got == buggy(list(ids), pair, new_id):
+            raise Mistake(f"merge({ids}, {pair}, {new_id}) gave {got}, expected {want}: {hint}")
+    raise Mistake(f"merge({ids}, {pair}, {new_id}) gave {got}, expected {want}")
+
+
+@named_checks(MERGE_CHECKS)
 def check_bpe_merge(fn: Callable) -> None:
-    """``fn(ids, pair, new_id)``: one BPE merge step on a list of token ids."""
-    for ids, pair, new_id in MERGE_CASES:
-        got = call(fn, list(ids), pair, new_id, what=f"your merge({ids}, {pair}, {new_id})")
-        if got is None:
-            raise Mistake(f"your merge({ids}, {pair}, {new_id}) returned None; did you forget a `return`?")
-        if isinstance(got, Tensor):
-            got = got.tolist()
-        if isinstance(got, tuple):
-            got = list(got)
-        expect(isinstance(got, list), f"your merge returned {type(got).__name__}; return a list of ints")
-        want = merge_pair(ids, pair, new_id)
-        if got == want:
-            continue
-        for hint, buggy in MERGE_MISTAKES.items():
-            if got == buggy(list(ids), pair, new_id):
-                raise Mistake(f"merge({ids}, {pair}, {new_id}) gave {got}, expected {want}: {hint}")
-        raise Mistake(f"merge({ids}, {pair}, {new_id}) gave {got}, expected {want}")
+    """``fn(ids, pair, new_id)``: one BPE merge step on a list of token ids. Named checks, the cases in their order:
+    repeated and separate pairs, short lists, mixed pairs."""
+    with parts(check_bpe_merge):
+        for name, cases in MERGE_GROUPS.items():
+            part(name)
+            for i in cases:
+                _merge_case(fn, *MERGE_CASES[i])
     passed("check_bpe_merge", f"{len(MERGE_CASES)} cases, overlaps ([a, a, a] -> [X, a]) and empty lists included")
 
 
@@ -190,77 +205,107 @@ def _prob_cases() -> list[tuple[str, Tensor, float, int | None, float | None]]:
     ]
 
 
+PROB_CHECKS = {"temperature": 1, "top-k": 1, "top-p": 1, "top-k and top-p": 1, "temperature 0": 1}
+PROB_PARTS = ["temperature"] * 2 + ["top-k"] * 4 + ["top-p"] * 4 + ["top-k and top-p"] + ["temperature 0"] * 2
+
+
+def _prob_case(fn: Callable, name: str, logits: Tensor, temperature: float, top_k: int | None,
+               top_p: float | None) -> None:
+    got = call(fn, logits.clone(), temperature, top_k, top_p,
+               what=f"your function ({name}: temperature={temperature}, top_k={top_k}, top_p={top_p})")
+    if not isinstance(got, Tensor):
+        raise Mistake(f"{name}: expected a tensor of probabilities, got {type(got).__name__}; did you forget "
+                      "a `return`?")
+    want = _reference_probs(logits, temperature, top_k, top_p)
+    if got.shape != want.shape:
+        raise Mistake(f"{name}: output has shape {tuple(got.shape)}, expected {tuple(want.shape)} = (batch, vocab)")
+    got = got.detach().float()
+    if torch.isnan(got).any():
+        hint = (" With temperature 0, logits / temperature divides by zero: temperature 0 means greedy, "
+                "all the probability on the argmax." if temperature == 0 else "")
+        raise Mistake(f"{name}: your probabilities contain NaN.{hint}")
+    if torch.allclose(got, want, atol=1e-5):
+        return
+    if temperature == 0:
+        raise Mistake(f"{name}: temperature 0 is greedy: put probability 1 on the argmax of each row and 0 "
+                      "elsewhere (the filters cannot change the argmax)")
+    for hint, buggy in PROB_MISTAKES.items():
+        if torch.allclose(got, buggy(logits, temperature, top_k, top_p), atol=1e-5):
+            raise Mistake(f"{name}: {hint}")
+    if not torch.allclose(got.sum(-1), torch.ones(got.size(0)), atol=1e-4):
+        raise Mistake(f"{name}: each row must sum to 1, yours sum to {[round(v, 4) for v in got.sum(-1).tolist()]}")
+    if top_p == 1.0:
+        raise Mistake(f"{name}: top_p = 1 must keep every token (the whole distribution)")
+    kept, want_kept = (got > 0).sum(-1).tolist(), (want > 0).sum(-1).tolist()
+    raise Mistake(f"{name}: wrong probabilities (tokens kept per row: yours {kept}, expected {want_kept}; largest "
+                  f"difference {(got - want).abs().max().item():.3g})")
+
+
+@named_checks(PROB_CHECKS)
 def check_next_token_probs(fn: Callable) -> None:
-    """``fn(logits, temperature, top_k, top_p)`` -> probabilities ``(batch, vocab)`` to draw the next token from."""
-    for name, logits, temperature, top_k, top_p in _prob_cases():
-        got = call(fn, logits.clone(), temperature, top_k, top_p,
-                   what=f"your function ({name}: temperature={temperature}, top_k={top_k}, top_p={top_p})")
-        if not isinstance(got, Tensor):
-            raise Mistake(f"{name}: expected a tensor of probabilities, got {type(got).__name__}; did you forget "
-                          "a `return`?")
-        want = _reference_probs(logits, temperature, top_k, top_p)
-        if got.shape != want.shape:
-            raise Mistake(f"{name}: output has shape {tuple(got.shape)}, expected {tuple(want.shape)} = (batch, vocab)")
-        got = got.detach().float()
-        if torch.isnan(got).any():
-            hint = (" With temperature 0, logits / temperature divides by zero: temperature 0 means greedy, "
-                    "all the probability on the argmax." if temperature == 0 else "")
-            raise Mistake(f"{name}: your probabilities contain NaN.{hint}")
-        if torch.allclose(got, want, atol=1e-5):
-            continue
-        if temperature == 0:
-            raise Mistake(f"{name}: temperature 0 is greedy: put probability 1 on the argmax of each row and 0 "
-                          "elsewhere (the filters cannot change the argmax)")
-        for hint, buggy in PROB_MISTAKES.items():
-            if torch.allclose(got, buggy(logits, temperature, top_k, top_p), atol=1e-5):
-                raise Mistake(f"{name}: {hint}")
-        if not torch.allclose(got.sum(-1), torch.ones(got.size(0)), atol=1e-4):
-            raise Mistake(f"{name}: each row must sum to 1, yours sum to {[round(v, 4) for v in got.sum(-1).tolist()]}")
-        if top_p == 1.0:
-            raise Mistake(f"{name}: top_p = 1 must keep every token (the whole distribution)")
-        kept, want_kept = (got > 0).sum(-1).tolist(), (want > 0).sum(-1).tolist()
-        raise Mistake(f"{name}: wrong probabilities (tokens kept per row: yours {kept}, expected {want_kept}; largest "
-                      f"difference {(got - want).abs().max().item():.3g})")
+    """``fn(logits, temperature, top_k, top_p)`` -> probabilities ``(batch, vocab)`` to draw the next token from.
+    Named checks: temperature, top-k, top-p, both, temperature 0."""
+    with parts(check_next_token_probs):
+        for i, case in enumerate(_prob_cases()):
+            part(PROB_PARTS[i])
+            _prob_case(fn, *case)
     passed("check_next_token_probs", f"{len(_prob_cases())} cases: temperature, top-k (ties, k = 1), top-p "
                                      "(p = 1), both together, and temperature 0")
 
 
 # ------------------------------------------------------------------------------------- next-token windows
+def _window_shapes(fn: Callable, ids: Tensor, starts: Tensor, max_len: int) -> tuple[Tensor, Tensor]:
+    """The learner's ``(x, y)`` for one case, once it is a pair of tensors of shape ``(batch, max_len)``."""
+    result = call(fn, ids.clone(), starts.clone(), max_len, what=f"your function (starts={starts.tolist()}, "
+                                                                  f"max_len={max_len})")
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        hint = "; did you forget a `return`?" if result is None else ""
+        raise Mistake(f"return a pair (x, y) of tensors, got {type(result).__name__}{hint}")
+    x, y = result
+    expect(isinstance(x, Tensor) and isinstance(y, Tensor), "x and y must be tensors")
+    batch = starts.numel()
+    if x.shape != (batch, max_len) or y.shape != (batch, max_len):
+        if x.shape == (batch, max_len + 1) or y.shape == (batch, max_len + 1):
+            raise Mistake(f"x and y must each hold `max_len` = {max_len} tokens: slice ids[s : s + max_len] for x "
+                          f"and ids[s + 1 : s + max_len + 1] for y (a window of max_len + 1 tokens, split in two "
+                          f"overlapping views); got shapes {tuple(x.shape)} and {tuple(y.shape)}")
+        raise Mistake(f"x and y must be (batch, max_len) = ({batch}, {max_len}), got {tuple(x.shape)} and "
+                      f"{tuple(y.shape)}")
+    return x, y
+
+
+def _window_values(x: Tensor, y: Tensor, ids: Tensor, starts: Tensor, max_len: int) -> None:
+    want_x = torch.stack([ids[s: s + max_len] for s in starts.tolist()])  # (batch, max_len)
+    want_y = torch.stack([ids[s + 1: s + max_len + 1] for s in starts.tolist()])
+    if torch.equal(x, want_x) and torch.equal(y, want_y):
+        return
+    if torch.equal(x, want_x) and torch.equal(y, want_x):
+        raise Mistake("y equals x: the targets are not shifted. The model would learn to copy its input; the "
+                      "target at position t is the token AFTER x[t], i.e. ids[s + t + 1]")
+    if torch.equal(x, want_y) and torch.equal(y, want_x):
+        raise Mistake("x and y are swapped: the targets are shifted the wrong way, so position t would predict "
+                      "the token BEFORE it. x = ids[s : s + max_len], y = ids[s + 1 : s + max_len + 1]")
+    by_two = [ids[s + 2: s + max_len + 2] for s in starts.tolist()]
+    if torch.equal(x, want_x) and all(len(t) == max_len for t in by_two) and torch.equal(y, torch.stack(by_two)):
+        raise Mistake("y is shifted by two: the target of x[t] is the very next token, ids[s + t + 1]")
+    if torch.equal(x, want_x + 1) or torch.equal(x, want_x - 1):
+        raise Mistake("the windows start one token off: x[b] must begin at ids[starts[b]]")
+    raise Mistake(f"for starts={starts.tolist()}, max_len={max_len}: x[0] = {x[0].tolist()}, y[0] = "
+                  f"{y[0].tolist()}; expected x[0] = {want_x[0].tolist()}, y[0] = {want_y[0].tolist()}")
+
+
+WINDOW_CASES = {"a batch of three windows": ([0, 7, 30], 8), "one window at the end of ids": ([51], 8),
+                "windows of one token": ([3, 3], 1)}
+WINDOW_CHECKS = {"a batch of three windows": 2, "one window at the end of ids": 1, "windows of one token": 1}
+
+
+@named_checks(WINDOW_CHECKS)
 def check_next_token_windows(fn: Callable) -> None:
-    """``fn(ids, starts, max_len)`` -> ``(x, y)``: inputs and their next tokens."""
+    """``fn(ids, starts, max_len)`` -> ``(x, y)``: inputs and their next tokens. Named checks: one per case."""
     ids = torch.arange(100, 160)  # token ids that name their own position + 100
-    cases = [(torch.tensor([0, 7, 30]), 8), (torch.tensor([51]), 8), (torch.tensor([3, 3]), 1)]
-    for starts, max_len in cases:
-        result = call(fn, ids.clone(), starts.clone(), max_len, what=f"your function (starts={starts.tolist()}, "
-                                                                      f"max_len={max_len})")
-        if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            hint = "; did you forget a `return`?" if result is None else ""
-            raise Mistake(f"return a pair (x, y) of tensors, got {type(result).__name__}{hint}")
-        x, y = result
-        expect(isinstance(x, Tensor) and isinstance(y, Tensor), "x and y must be tensors")
-        batch = starts.numel()
-        want_x = torch.stack([ids[s: s + max_len] for s in starts.tolist()])  # (batch, max_len)
-        want_y = torch.stack([ids[s + 1: s + max_len + 1] for s in starts.tolist()])
-        if x.shape != (batch, max_len) or y.shape != (batch, max_len):
-            if x.shape == (batch, max_len + 1) or y.shape == (batch, max_len + 1):
-                raise Mistake(f"x and y must each hold `max_len` = {max_len} tokens: slice ids[s : s + max_len] for x "
-                              f"and ids[s + 1 : s + max_len + 1] for y (a window of max_len + 1 tokens, split in two "
-                              f"overlapping views); got shapes {tuple(x.shape)} and {tuple(y.shape)}")
-            raise Mistake(f"x and y must be (batch, max_len) = ({batch}, {max_len}), got {tuple(x.shape)} and "
-                          f"{tuple(y.shape)}")
-        if torch.equal(x, want_x) and torch.equal(y, want_y):
-            continue
-        if torch.equal(x, want_x) and torch.equal(y, want_x):
-            raise Mistake("y equals x: the targets are not shifted. The model would learn to copy its input; the "
-                          "target at position t is the token AFTER x[t], i.e. ids[s + t + 1]")
-        if torch.equal(x, want_y) and torch.equal(y, want_x):
-            raise Mistake("x and y are swapped: the targets are shifted the wrong way, so position t would predict "
-                          "the token BEFORE it. x = ids[s : s + max_len], y = ids[s + 1 : s + max_len + 1]")
-        by_two = [ids[s + 2: s + max_len + 2] for s in starts.tolist()]
-        if torch.equal(x, want_x) and all(len(t) == max_len for t in by_two) and torch.equal(y, torch.stack(by_two)):
-            raise Mistake("y is shifted by two: the target of x[t] is the very next token, ids[s + t + 1]")
-        if torch.equal(x, want_x + 1) or torch.equal(x, want_x - 1):
-            raise Mistake("the windows start one token off: x[b] must begin at ids[starts[b]]")
-        raise Mistake(f"for starts={starts.tolist()}, max_len={max_len}: x[0] = {x[0].tolist()}, y[0] = "
-                      f"{y[0].tolist()}; expected x[0] = {want_x[0].tolist()}, y[0] = {want_y[0].tolist()}")
+    with parts(check_next_token_windows):
+        for name, (starts, max_len) in WINDOW_CASES.items():
+            part(name)
+            x, y = _window_shapes(fn, ids, torch.tensor(starts), max_len)
+            _window_values(x, y, ids, torch.tensor(starts), max_len)
     passed("check_next_token_windows", "x = ids[s : s + max_len], y = the same window one token later")

@@ -49,15 +49,27 @@ SCHEMA_VERSION = 3  # nbgrader's cell metadata schema
 CELL_TIME_LIMIT = 600  # seconds per cell, by default, in both tools (a chapter's training cell takes minutes on a CPU)
 
 
-def _fresh_check(ex: Exercise, indent: str = "") -> str:
-    """The lines of a test that imports the checkers afresh and runs the exercise's checker."""
+def _fresh_check(ex: Exercise, indent: str = "", run: tuple[str, int] | None = None) -> str:
+    """The lines of a test that imports the checkers afresh and runs the exercise's checker; with ``run``, (a function
+    of ``tfm_lesson.checks._parts``, its first argument), through that function, for partial credit."""
+    checker = f"tfm_lesson.checks.{ex.checker}"
     return "\n".join(indent + line for line in [
         "import sys",
         "for _name in [m for m in list(sys.modules) if m == 'tfm_lesson.checks' or m.startswith('tfm_lesson.checks.')]:",
         "    del sys.modules[_name]  # the checkers as installed, whatever an answer cell rebound",
         "import tfm_lesson.checks",
-        f"tfm_lesson.checks.{ex.checker}({ex.arguments})",
+        f"{checker}({ex.arguments})" if run is None else
+        f"tfm_lesson.checks._parts.{run[0]}({run[1]}, {checker}, {ex.arguments})",
     ])
+
+
+def named_checks_of(ex: Exercise) -> dict[str, float] | None:
+    """The named checks of the exercise's checker (``checker.checks``, :mod:`tfm_lesson.checks._parts`), or None:
+    both exports then award the same fraction of its points as ``course grade``."""
+    from .. import checks
+
+    named = getattr(getattr(checks, ex.checker, None), "checks", None)
+    return dict(named) if isinstance(named, dict) and named else None
 
 
 def _meta(cell: Any, **nbgrader: Any) -> Any:
@@ -110,8 +122,14 @@ def nbgrader_notebook(chapter: Any) -> Any:
         elif kind == "check":
             test = _meta(_clean(cell), grade=True, grade_id=f"ex{ex.number}-check", locked=True, solution=False,
                          points=ex.points)
+            # nbgrader takes the number an autograded test cell shows (its execute_result) as its partial credit,
+            # between 0 and the cell's points (nbgrader's docs, user_guide/what_is_nbgrader.rst: "If a autograder
+            # test cell outputs a single number [...] it will use that as the number of points"; the code:
+            # nbgrader.utils.determine_grade and get_partial_grade, 0.9.6); a cell that shows nothing scores full
+            # points, one that raises 0. partial_points shows the points a checker with named checks earned.
+            run = ("partial_points", ex.points) if named_checks_of(ex) else None
             test["source"] = f"# {ex.title}: {ex.points} point(s). The checker's message names the mistake.\n" + \
-                _fresh_check(ex)
+                _fresh_check(ex, run=run)
             cells.append(test)
         else:
             cells.append(_meta(_clean(cell), grade=False, grade_id=f"cell-{i + 1}", locked=True, solution=False))
@@ -198,6 +216,34 @@ def _otter_solution(solution: str, stub: str | None) -> str:
             f"{quote} # BEGIN PROMPT\n{stub.rstrip()}\n{quote}; # END PROMPT")
 
 
+def _otter_points(ex: Exercise) -> str:
+    """The question's points: the exercise's, or one value per named check of its checker (each its share)."""
+    named = named_checks_of(ex)
+    if not named:
+        return str(ex.points)
+    total = sum(named.values())
+    return json.dumps([round(ex.points * weight / total, 6) for weight in named.values()])
+
+
+def _otter_tests(ex: Exercise) -> list[str]:
+    """The question's test cells: one running the checker, or, for a checker with named checks, one per named check,
+    passing when the checker got past it (Otter gives each test case its points: the question earns the same fraction
+    as in ``course grade``)."""
+    params = sorted({n.id for n in ast.walk(ast.parse(f"f({ex.arguments})")) if isinstance(n, ast.Name)} - {"f"})
+    message = ("the checker's message, in the result below, names the mistake (the same message as the check in "
+               "the chapter).")
+    named = named_checks_of(ex)
+    runs = [(f"test_ex{ex.number}", None)] if not named else [
+        (f"test_ex{ex.number}_{k}", ("reached", k)) for k in range(1, len(named) + 1)]
+    tests = []
+    for (name, run), check in zip(runs, named or [None]):
+        what = f"{ex.title}: {message}" if check is None else f"{ex.title}, check {check!r}: {message}"
+        tests.append("\n".join([
+            '""" # BEGIN TEST CONFIG', f"failure_message: {_yaml(what)}", '""" # END TEST CONFIG',
+            f"def {name}({', '.join(params)}):", _fresh_check(ex, "    ", run), "", f"{name}({', '.join(params)})"]))
+    return tests
+
+
 def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> Any:
     """The chapter in Otter-Grader's v1 notebook format; each cell of a submission runs under ``timeout`` seconds
     (:class:`OtterCellTimeLimit`)."""
@@ -215,22 +261,15 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
     for i, cell in enumerate(cells_in):
         if i in starts:
             ex = starts[i]
-            cells.append(_raw(f"# BEGIN QUESTION\nname: ex{ex.number}\npoints: {ex.points}"))
+            cells.append(_raw(f"# BEGIN QUESTION\nname: ex{ex.number}\npoints: {_otter_points(ex)}"))
         if i in skip:
             continue
         if i in by_solution:
             cells += [_raw("# BEGIN SOLUTION"), _code(_otter_solution(_clean(cell)["source"], stubs.get(i))),
                       _raw("# END SOLUTION")]
         elif i in by_check:
-            ex = by_check[i]
-            params = sorted({n.id for n in ast.walk(ast.parse(f"f({ex.arguments})")) if isinstance(n, ast.Name)} - {"f"})
-            message = (f"{ex.title}: the checker's message, in the result below, names the mistake (the same "
-                       "message as the check in the chapter).")
-            test = "\n".join([
-                '""" # BEGIN TEST CONFIG', f"failure_message: {_yaml(message)}", '""" # END TEST CONFIG',
-                f"def test_ex{ex.number}({', '.join(params)}):", _fresh_check(ex, "    "), "",
-                f"test_ex{ex.number}({', '.join(params)})"])
-            cells += [_raw("# BEGIN TESTS"), _code(test), _raw("# END TESTS"), _raw("# END QUESTION")]
+            cells += [_raw("# BEGIN TESTS"), *map(_code, _otter_tests(by_check[i])), _raw("# END TESTS"),
+                      _raw("# END QUESTION")]
         else:
             cells.append(_clean(cell))
         if is_quiz_cell(cell):  # a question of its own: the hand-in, a test a question

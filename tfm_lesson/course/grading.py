@@ -31,10 +31,12 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   grader keeps 1 MB (and the end of what it printed), the rest is dropped with a note, whatever the score.
 
 Points: each exercise is worth its **Importance** (1 to 3, the label above it in the chapter); an exercise without
-the label is worth 1. The chapter's quiz is one more line, ``Quiz NN``: a point per right answer of the letters the
-learner wrote into the cell after the quiz (read as text, never run; ``--no-quiz`` leaves the line out). The CSV
-has one row per submission and exercise (and the quiz): ``submission, exercise, passed, points, max_points,
-message`` (the checker's message verbatim); ``--feedback`` writes one Markdown page per submission
+the label is worth 1; a checker with named checks (:mod:`tfm_lesson.checks._parts`) that passes some of them earns
+that fraction of the points (two decimals), computed as the grader replays it. The chapter's quiz is one more line,
+``Quiz NN``: a point per right answer of the letters the learner wrote into the cell after the quiz (read as text,
+never run; ``--no-quiz`` leaves the line out). The CSV has one row per submission and exercise (and the quiz):
+``submission, exercise, passed, points, max_points, message`` (the checker's message verbatim, after which of its
+named checks passed); ``--feedback`` writes one Markdown page per submission
 (the checker's messages fenced so that nothing in them can end the code block or write a score line).
 """
 from __future__ import annotations
@@ -161,15 +163,16 @@ class _Outcome:
             if error:
                 self.answer_errors.setdefault(ex.number, []).append(error)
         elif kind == "check":
-            passed, message = verdict(ex, _trace_path(self.scratch, ex, self.token), self.code, cell_error(cell),
-                                      self.checking.checkers[ex.checker], self.checking.keywords[ex.number],
-                                      self.checking.salt)
-            self.results[ex.number].passed, self.results[ex.number].message = passed, message
+            r = self.results[ex.number]
+            r.passed, r.message, r.credit, r.checks = verdict(
+                ex, _trace_path(self.scratch, ex, self.token), self.code, cell_error(cell),
+                self.checking.checkers[ex.checker], self.checking.keywords[ex.number], self.checking.salt)
 
     def final(self) -> list[Result]:
         """The results, once broken exercises and answer errors are told (a passed exercise carries no message)."""
         for number, reason in self.broken.items():
-            self.results[number].passed, self.results[number].message = False, reason
+            r = self.results[number]
+            r.passed, r.message, r.credit, r.checks = False, reason, 0.0, ""
         for number, errors in self.answer_errors.items():
             if not self.results[number].passed:
                 self.results[number].message += f" (your exercise cell raised {errors[0]})"
@@ -178,6 +181,8 @@ class _Outcome:
                 r.message = ""
             elif len(r.message) > MESSAGE_LIMIT:  # an answer can raise a message of any size: the CSV keeps a page
                 r.message = f"{r.message[:MESSAGE_LIMIT]}... ({len(r.message) - MESSAGE_LIMIT} more characters cut)"
+            if r.checks and not r.passed:  # a checker with named checks: which passed, before its message
+                r.message = f"{r.checks} — {r.message}"
         return list(self.results.values())
 
 
@@ -423,7 +428,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
             if feedback is not None:
                 write_page(g, feedback, pages[g.submission], chapter_path.stem)
             graded.append(g)
-            score = sum(r.points for r in g.results)
+            score = round(sum(r.points for r in g.results), 2)
             print(f"{path}: {score} / {sum(r.exercise.points for r in g.results)} ({g.seconds:.1f} s)"
                   + ("" if sandbox else ", without a sandbox"), flush=True)
 

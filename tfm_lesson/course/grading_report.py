@@ -19,17 +19,28 @@ from .exercises import Exercise
 CSV_HEADER = ["submission", "exercise", "passed", "points", "max_points", "message"]
 
 
+def points_text(points: float) -> str:
+    """Points as the CSV and the pages write them: ``3``, ``1.5``, ``0.67`` (two decimals at most)."""
+    text = f"{points:.2f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
 @dataclass
 class Result:
-    """How one exercise of one submission went: the checker's message when it did not pass."""
+    """How one exercise of one submission went: the checker's message when it did not pass; ``credit``, the fraction
+    of its points earned by a checker with named checks that passed some of them, and ``checks``, which."""
 
     exercise: Exercise
     passed: bool = False
     message: str = ""
+    credit: float = 0.0
+    checks: str = ""
 
     @property
-    def points(self) -> int:
-        return self.exercise.points if self.passed else 0
+    def points(self) -> float:
+        """The exercise's points times the fraction earned, rounded to two decimals (an int when whole)."""
+        got = round(self.exercise.points * (1.0 if self.passed else min(max(self.credit, 0.0), 1.0)), 2)
+        return int(got) if got == int(got) else got
 
 
 @dataclass
@@ -134,14 +145,14 @@ def feedback_page(g: Graded, chapter_name: str) -> str:
     """One student's page, Markdown: the score, each exercise with the checker's message, what was ignored. What
     the submission or its code wrote (the file's name, messages, notes) is escaped or fenced: it cannot close a code
     block, start a heading or write a score line of its own."""
-    total = sum(r.points for r in g.results)
+    total = points_text(sum(r.points for r in g.results))
     top = sum(r.exercise.points for r in g.results)
     lines = [f"# {chapter_name}: {_plain(Path(g.submission).name)}", "", f"**Score: {total} / {top}**", ""]
     if not g.sandboxed:
         lines += ["Graded without a sandbox (`--no-sandbox`): the code ran with the grader's own rights.", ""]
     for r in g.results:
-        mark = "passed" if r.passed else "not passed"
-        lines += [f"## {r.exercise.title}: {r.points} / {r.exercise.points} ({mark})", ""]
+        mark = "passed" if r.passed else "partly passed" if r.points else "not passed"
+        lines += [f"## {r.exercise.title}: {points_text(r.points)} / {r.exercise.points} ({mark})", ""]
         if r.message:
             lines += [*_fenced(r.message), ""]
     if g.notes:

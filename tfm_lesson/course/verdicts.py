@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import checks
-from ..checks._replay import TRACE_LIMIT, replay
+from ..checks._replay import TRACE_LIMIT, replay_scored
 from ..checks._rules_static import CELL_SEPARATOR
 from .cells import CourseError
 from .exercises import Exercise
@@ -132,22 +132,26 @@ def read_trace(path: Path) -> Any:
 
 
 def verdict(ex: Exercise, trace_path: Path, code: list[str], error: str | None, checker: Callable | None = None,
-            keywords: dict | None = None, salt: int | None = None) -> tuple[bool, str]:
-    """(passed, message) of ``ex``, replayed from the kernel's record in this process. ``code`` is what the grader
-    extracted and ran before the check (the source rules read it); ``error`` what the check cell raised, if any."""
+            keywords: dict | None = None, salt: int | None = None) -> tuple[bool, str, float, str]:
+    """(passed, message, credit, checks) of ``ex``, replayed from the kernel's record in this process. ``code`` is what
+    the grader extracted and ran before the check (the source rules read it); ``error`` what the check cell raised, if
+    any. ``credit`` is the fraction of the exercise's points earned (1 when it passed; for a checker with named
+    checks, the weight of those it passed, computed here as it replays; else 0), ``checks`` says which passed
+    ("2 of 3 checks passed: shape, values; failed: masked positions"; "" for a checker without named checks)."""
     if error:  # the record did not end well: whatever file is there is not this check's record
         if error.startswith("NameError"):
-            return False, f"{error}: the exercise cell must define it (keep the name the exercise asks for)"
-        return False, f"the check gave no verdict ({error})"
+            return False, f"{error}: the exercise cell must define it (keep the name the exercise asks for)", 0.0, ""
+        return False, f"the check gave no verdict ({error})", 0.0, ""
     try:
         trace = read_trace(trace_path)
     except ValueError as exc:
-        return False, f"the check's record could not be read: {exc}"
+        return False, f"the check's record could not be read: {exc}", 0.0, ""
     if trace is None:
-        return False, "the check gave no verdict (no record)"
+        return False, "the check gave no verdict (no record)", 0.0, ""
     call = check_call(ex)
     checker = checker if checker is not None else getattr(checks, ex.checker, None)
     if not callable(checker):
-        return False, f"the package has no checker {ex.checker}"
-    return replay(checker, trace, dict(call.keywords, **(keywords or {})), CELL_SEPARATOR.join(code), call.names,
-                  salt)
+        return False, f"the package has no checker {ex.checker}", 0.0, ""
+    passed, message, credit, tally = replay_scored(checker, trace, dict(call.keywords, **(keywords or {})),
+                                                   CELL_SEPARATOR.join(code), call.names, salt)
+    return passed, message, credit, tally.summary() if tally is not None and not passed else ""
