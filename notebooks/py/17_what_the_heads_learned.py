@@ -497,7 +497,7 @@ for f, token in enumerate(shown.fr_tokens):
 #
 # Write `aer(predicted, sure, possible=None)` for one sentence; with `possible=None`, $P = S$. The inputs may be
 # lists, and any of the three may name a link twice: count such a link once, or refuse the input with a
-# `ValueError` (the package's `alignment_error_rate` refuses); the checker accepts either.
+# `ValueError` (the package's `alignment_error_rate` raises one); the checker accepts either.
 
 # %%
 def aer(predicted, sure, possible=None):
