@@ -341,12 +341,10 @@ def no_collection() -> Iterator[None]:
     """No cyclic garbage collection while a check replays (collected once before). A finalizer run in the middle of
     the replay can re-enter CPython 3.11's AST conversion and break the one under way ("SystemError: AST constructor
     recursion depth mismatch"): asyncio's "Task exception was never retrieved", left by a kernel the grader
-    restarted, formats a traceback, which parses source lines with ``ast``, while the source rules parse the code."""
-    enabled = gc.isenabled()
+    restarted, formats a traceback, which parses source lines with ``ast``, while the source rules parse the code.
+    The same guard as every parse the grader makes (:mod:`tfm_lesson._syntax`), so threads do not undo each other's."""
+    from .._syntax import no_collection as guarded
+
     gc.collect()
-    gc.disable()
-    try:
+    with guarded():
         yield
-    finally:
-        if enabled:
-            gc.enable()

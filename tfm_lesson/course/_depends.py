@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from .._syntax import parse
+
 
 def _defined(tree: ast.AST) -> set[str]:
     """The names a cell binds at top level (functions, classes, assignment and loop targets, imports); the local
@@ -40,7 +42,7 @@ def _read(tree: ast.AST) -> set[str]:
 
 def _parse(source: str) -> ast.AST | None:
     try:
-        return ast.parse(source)
+        return parse(source)
     except SyntaxError:  # IPython magics: judged by their words
         return None
 

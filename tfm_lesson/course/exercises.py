@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .._syntax import parse
 from .cells import CourseError
 from .cells import is_solution as _is_solution
 from .cells import is_stub as _is_stub
@@ -34,7 +35,7 @@ class Exercise:
 def defined_names(source: str) -> set[str]:
     """The names a cell defines at its top level (functions, classes, assigned names); none when it does not parse."""
     try:
-        body = ast.parse(source).body
+        body = parse(source).body
     except SyntaxError:
         return set()
     names: set[str] = set()
@@ -52,7 +53,7 @@ def _answer_names(answer: str, solution: str, arguments: str) -> tuple[str, ...]
     every name the "your turn" cell (else the solution) defines."""
     defined = defined_names(answer) or defined_names(solution)
     try:
-        passed = {n.id for n in ast.walk(ast.parse(arguments or "None")) if isinstance(n, ast.Name)}
+        passed = {n.id for n in ast.walk(parse(arguments or "None")) if isinstance(n, ast.Name)}
     except SyntaxError:
         passed = set()
     return tuple(sorted(defined & passed or defined))
@@ -61,7 +62,7 @@ def _answer_names(answer: str, solution: str, arguments: str) -> tuple[str, ...]
 def _check_call(source: str, where: str) -> tuple[str, str]:
     """``check_x(args)`` of a check cell, as (checker name, argument source)."""
     try:
-        body = ast.parse(source).body
+        body = parse(source).body
     except SyntaxError as exc:
         raise CourseError(f"{where}: the check cell does not parse ({exc})") from None
     calls = [s.value for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
@@ -106,7 +107,7 @@ def chapter_definitions(source: str) -> str:
     """The imports, functions, classes and call-free assignments of a chapter cell (what later cells may name), and
     the checkers it makes (``check_x = make_checker(...)``); its training runs, plots and prints are left out."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:  # IPython magics, say: nothing to take
         return ""
     keep = []

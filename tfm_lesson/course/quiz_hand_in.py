@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .._syntax import parse
 from .cells import tags as _tags
 from .quiz import QUIZ_CALL, is_quiz_cell, quiz_score
 
@@ -85,7 +86,7 @@ def chapter_quiz(chapter: Any) -> str | None:
 def _calls(source: str, cid: str) -> list[ast.Call]:
     """The top-level ``hand_in("NN", ...)`` calls of a cell (a statement, or the value it assigns), in order."""
     try:
-        body = ast.parse(source).body
+        body = parse(source).body
     except SyntaxError:
         return []
     found = []

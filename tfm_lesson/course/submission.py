@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .._syntax import parse
 from .cells import STUDENT_STUB, CourseError
 from .cells import is_solution as _is_solution
 from .exercises import Exercise, defined_names
@@ -61,7 +62,7 @@ def cell_id(cell: Any) -> str | None:
 
 def _checker_called(source: str) -> set[str]:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return set()
     return {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}

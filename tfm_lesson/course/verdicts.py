@@ -20,6 +20,7 @@ from typing import Any, Callable
 from .. import checks
 from ..checks._replay import TRACE_LIMIT, replay_scored
 from ..checks._rules_static import CELL_SEPARATOR
+from .._syntax import parse
 from .cells import CourseError
 from .exercises import Exercise
 
@@ -37,7 +38,7 @@ class CheckCall:
 def check_call(ex: Exercise) -> CheckCall:
     """``check_x(answer, flag=True)`` of the chapter's check cell, split. CourseError for a keyword that is not a
     literal (the grader passes keywords as data, never as code of the student's kernel)."""
-    call = ast.parse(f"f({ex.arguments})", mode="eval").body
+    call = parse(f"f({ex.arguments})", mode="eval").body
     answers = [ast.unparse(a) for a in call.args]
     names = [a.id if isinstance(a, ast.Name) else "" for a in call.args]
     keywords = {}
@@ -52,7 +53,7 @@ def check_call(ex: Exercise) -> CheckCall:
 
 def _binds_checkers(source: str) -> set[str]:
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return set()
     names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
