@@ -203,6 +203,25 @@ def test_nbgrader_autograde_scores_and_names_the_mistake(tmp_path):
     assert not (course / "autograded" / "notes").exists()
 
 
+def otter_assigned(chapter: Path, folder: Path, timeout: int) -> tuple[Path, Path]:
+    """Export ``chapter`` for Otter into ``folder`` and run `otter assign`: its ``dist`` folder and autograder zip."""
+    subprocess.run([sys.executable, "-m", "tfm_lesson.course", "export", str(chapter), "--format", "otter", "--out",
+                    str(folder), "--assignment", "ch03", "--timeout", str(timeout)], check=True, cwd=ROOT, env=_env())
+    run = subprocess.run([str(_tool("otter")), "assign", "ch.ipynb", "dist"], cwd=folder, env=_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return folder / "dist", next((folder / "dist" / "autograder").glob("*.zip"))
+
+
+def otter_results(autograder: Path, notebook: Path, out: Path, timeout: int = 600) -> dict[str, dict]:
+    """`otter run` of one submission: its results.json's tests by name."""
+    out.mkdir()
+    run = subprocess.run([str(_tool("otter")), "run", "-a", str(autograder), "-o", str(out), str(notebook)],
+                         cwd=notebook.parent, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return {t["name"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
+
+
 def _otter_cell(nb, *words) -> int:
     """The index of the first code cell of ``nb`` whose source holds every one of ``words``."""
     return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and all(w in c.source for w in words))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from test_export import _env, _exercises_only, _otter_cell, _tool
+from test_export import _env, _exercises_only, _otter_cell, _tool, otter_assigned, otter_results
 from tfm_lesson.course import student_copy
 from tfm_lesson.course.exercises import exercises
 from tfm_lesson.course.solution_form import strip_title
@@ -145,28 +144,17 @@ def _nbgrader(tmp: Path, answers) -> dict[str, list[float]]:
 
 
 def _otter(tmp: Path, answers) -> dict[str, list[float]]:
-    otter = _tool("otter")
-    folder, source = tmp / "otter", tmp / "source" / "ch.ipynb"
+    source = tmp / "source" / "ch.ipynb"
     source.parent.mkdir()
     nbformat.write(_exercises_only(), source)
-    subprocess.run([sys.executable, "-m", "tfm_lesson.course", "export", str(source), "--format", "otter", "--out",
-                    str(folder), "--assignment", "ch03", "--timeout", "30"], check=True, cwd=ROOT, env=_env())
-    run = subprocess.run([str(otter), "assign", "ch.ipynb", "dist"], cwd=folder, env=_env(), capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    autograder = next((folder / "dist" / "autograder").glob("*.zip"))
-    student = nbformat.read(folder / "dist" / "student" / "ch.ipynb", as_version=4)
+    dist, autograder = otter_assigned(source, tmp / "otter", 30)
+    student = nbformat.read(dist / "student" / "ch.ipynb", as_version=4)
     cells = {n: [_otter_cell(student, word)] for n, word in
              ((1, "def split_heads"), (2, "def merge_heads"), (3, "class MyMultiHeadAttention"))}
     points = {}
     for name, given in answers.items():
         nbformat.write(_fill(student, cells, given, 1 if name == "cells" else None), tmp / f"{name}.ipynb")
-        out = tmp / f"otter-{name}"
-        out.mkdir()
-        run = subprocess.run([str(otter), "run", "-a", str(autograder), "-o", str(out), str(tmp / f"{name}.ipynb")],
-                             cwd=tmp, env=_env(), capture_output=True, text=True, timeout=900)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        tests = {t["name"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
+        tests = otter_results(autograder, tmp / f"{name}.ipynb", tmp / f"otter-{name}", timeout=900)
         points[name] = [round(tests[f"ex{n}"].get("score", 0) or 0, 2) for n in (1, 2, 3)]
     return points
 

@@ -20,7 +20,7 @@ from tfm_lesson.course.quiz import LETTERS, load_quiz
 from tfm_lesson.course.quiz_hand_in import is_hand_in_cell
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_export import ROOT, _env, _exercises_only, _tool  # noqa: E402  (the exports' own set-up)
+from test_export import ROOT, _env, _exercises_only, _tool, otter_assigned, otter_results  # noqa: E402
 from test_grading import SANDBOX  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -97,26 +97,13 @@ def _nbgrader(tmp: Path, chapter: Path) -> dict[str, float]:
 
 
 def _otter(tmp: Path, chapter: Path) -> dict[str, float]:
-    otter = _tool("otter")
-    subprocess.run([sys.executable, "-m", "tfm_lesson.course", "export", str(chapter), "--format", "otter",
-                    "--out", str(tmp / "otter"), "--assignment", "ch03", "--timeout", "60"], check=True, cwd=ROOT,
-                   env=_env())
-    run = subprocess.run([str(otter), "assign", "ch.ipynb", "dist"], cwd=tmp / "otter", env=_env(),
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    dist = tmp / "otter" / "dist"
-    autograder = next((dist / "autograder").glob("*.zip"))
+    dist, autograder = otter_assigned(chapter, tmp / "otter", 60)
     student = nbformat.read(dist / "student" / "ch.ipynb", as_version=4)
     assert not any(c.get("outputs") for c in student.cells)
     scores = {}
     for name, letters in LETTERS_OF.items():
         nbformat.write(_handed_in(student, letters), tmp / f"{name}.ipynb")
-        out = tmp / f"out-{name}"
-        out.mkdir()
-        run = subprocess.run([str(otter), "run", "-a", str(autograder), "-o", str(out), str(tmp / f"{name}.ipynb")],
-                             cwd=tmp, env=_env(), capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        tests = {t["name"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
+        tests = otter_results(autograder, tmp / f"{name}.ipynb", tmp / f"out-{name}")
         assert tests["quiz03"]["max_score"] == 4
         scores[name] = float(tests["quiz03"].get("score") or 0)
     return scores

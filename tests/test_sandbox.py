@@ -45,8 +45,10 @@ PROBE = textwrap.dedent("""
 """)
 
 
-@needs_bwrap
-def test_code_in_the_sandbox_reaches_only_its_scratch_folder_and_the_package(tmp_path):
+def probe_reaches_only_its_scratch_folder(tmp_path, command, cleanup=lambda: None) -> None:
+    """Run PROBE through ``command(argv, scratch)`` (a sandbox's command line): it sees its scratch folder and the
+    package, not a secret file, the chapter, the network or the grader's processes, writes nothing outside, and
+    nothing it started outlives it."""
     import socket
 
     secret, outside, scratch = tmp_path / "grades.csv", tmp_path / "grader", tmp_path / "scratch"
@@ -61,17 +63,23 @@ def test_code_in_the_sandbox_reaches_only_its_scratch_folder_and_the_package(tmp
     try:
         argv = [sys.executable, "probe.py", str(secret), str(ROOT / "notebooks"), str(outside),
                 str(server.getsockname()[1]), str(late)]
-        done = subprocess.run(sandbox_command(argv, scratch=scratch), capture_output=True, text=True, timeout=120)
+        done = subprocess.run(command(argv, scratch), capture_output=True, text=True, timeout=120)
     finally:
         server.close()
+        cleanup()
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["scratch"] and seen["package"]
     assert not seen["secret"] and not seen["chapter"] and not seen["write_outside"] and not seen["network"]
-    assert len(seen["processes"]) <= 3, seen["processes"]  # its own (bwrap, python): not the grader's
+    assert len(seen["processes"]) <= 3, seen["processes"]  # its own (bwrap or the container, python)
     assert list(outside.iterdir()) == []
     time.sleep(5)
     assert not late.exists(), "a process started in the sandbox outlived it"
+
+
+@needs_bwrap
+def test_code_in_the_sandbox_reaches_only_its_scratch_folder_and_the_package(tmp_path):
+    probe_reaches_only_its_scratch_folder(tmp_path, lambda argv, scratch: sandbox_command(argv, scratch=scratch))
 
 
 def test_without_bubblewrap_the_reason_and_the_way_out_are_named(tmp_path, monkeypatch):

@@ -3,16 +3,11 @@ what it does in bubblewrap and nothing more, and nothing it starts outlives its 
 engine's reason, where the engine cannot run a container here (not installed, no daemon, not root)."""
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import ROOT
-from test_sandbox import PROBE
+from test_sandbox import probe_reaches_only_its_scratch_folder
 from tfm_lesson.course.sandbox import SandboxUnavailable
 from tfm_lesson.course.sandbox_container import check_engine, choose, container_command, remove
 
@@ -30,32 +25,11 @@ def test_code_in_a_container_reaches_only_its_scratch_folder_and_the_package(tmp
     why = _why(engine)
     if why is not None:
         pytest.skip(why)
-    secret, outside, scratch = tmp_path / "grades.csv", tmp_path / "grader", tmp_path / "scratch"
-    secret.write_text("student,score\n")
-    outside.mkdir()
-    scratch.mkdir()
-    (scratch / "probe.py").write_text(PROBE)
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    late, name = scratch / "late.txt", f"tfm-grade-test-{engine}-{int(time.time())}"
-    try:
-        argv = [sys.executable, "probe.py", str(secret), str(ROOT / "notebooks"), str(outside),
-                str(server.getsockname()[1]), str(late)]
-        command = container_command(engine, argv, scratch=scratch, shared=[], env={}, name=name,
-                                    root=tmp_path / "root", processes=64, memory_mb=2048)
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    finally:
-        server.close()
-        remove(engine, name)
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["scratch"] and seen["package"]
-    assert not seen["secret"] and not seen["chapter"] and not seen["write_outside"] and not seen["network"]
-    assert len(seen["processes"]) <= 3, seen["processes"]  # its own: not the grader's
-    assert list(outside.iterdir()) == []
-    time.sleep(5)
-    assert not late.exists(), "a process started in the container outlived it"
+    name = f"tfm-grade-test-{engine}-{int(time.time())}"
+    probe_reaches_only_its_scratch_folder(
+        tmp_path, lambda argv, scratch: container_command(engine, argv, scratch=scratch, shared=[], env={}, name=name,
+                                                          root=tmp_path / "root", processes=64, memory_mb=2048),
+        cleanup=lambda: remove(engine, name))
 
 
 def test_auto_names_every_sandbox_it_tried(tmp_path, monkeypatch):
