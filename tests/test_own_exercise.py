@@ -121,3 +121,67 @@ def test_a_checker_found_nowhere_is_refused_before_anything_runs(tmp_path):
     assert out.returncode == 2
     assert "Exercise 1: scaled scores" in out.stderr and "check_scaled_scorez" in out.stderr
     assert not (tmp_path / "grades.csv").exists()
+
+
+@pytest.mark.slow
+def test_the_pages_chapter_exports_to_nbgrader_and_otter_with_its_own_checker(tmp_path):
+    """The page's chapter, exported to both tools: each test rebuilds the chapter's own checker (a name the package
+    does not have) and grades the same answers as `course grade` does: the right one full points, a named mistake
+    0 with its message."""
+    import json
+    import os
+
+    from test_export import _env, _tool, otter_assigned, otter_results
+
+    (tmp_path / "scores.py").write_text(_blocks("python")[0])
+    for command in [c for c in _blocks("bash")[0].splitlines() if c.strip()][:2]:  # jupytext, execute
+        out = _run(command, tmp_path)
+        assert out.returncode == 0, (command, out.stdout[-2000:], out.stderr[-2000:])
+    source = tmp_path / "src" / "ch.ipynb"
+    source.parent.mkdir()
+    source.write_bytes((tmp_path / "scores.ipynb").read_bytes())
+    answers = {"right": "import math\n\ndef scaled_scores(q, k):\n    return q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))",
+               "unscaled": "def scaled_scores(q, k):\n    return q @ k.transpose(-2, -1)"}
+
+    def filled(nb, is_answer, name):
+        nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+        next(c for c in nb.cells if is_answer(c)).source = answers[name]
+        return nb
+
+    # Otter: `otter assign`, then `otter run` of each answer
+    dist, autograder = otter_assigned(source, tmp_path / "otter", 60)
+    student = nbformat.read(dist / "student" / "ch.ipynb", as_version=4)
+    otter = {}
+    for name in answers:
+        path = tmp_path / f"otter-{name}.ipynb"
+        nbformat.write(filled(student, lambda c: c.cell_type == "code" and "def scaled_scores" in c.source, name),
+                       path)
+        otter[name] = otter_results(autograder, path, tmp_path / f"otter-out-{name}")["ex1"]
+    assert otter["right"]["score"] == 2 and not otter["unscaled"].get("score")
+    assert "not scaled" in otter["unscaled"]["output"]
+    # nbgrader: generate_assignment, then autograde the same answers
+    course = tmp_path / "course"
+    subprocess.run([sys.executable, "-m", "tfm_lesson.course", "export", str(source), "--format", "nbgrader",
+                    "--out", str(course), "--assignment", "ch03", "--timeout", "60"], check=True, cwd=ROOT,
+                   env=_env())
+    nbgrader = _tool("nbgrader")
+    run = subprocess.run([str(nbgrader), "generate_assignment", "ch03", "--create"], cwd=course, env=_env(),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    release = nbformat.read(course / "release" / "ch03" / "ch.ipynb", as_version=4)
+    for name in answers:
+        (course / "submitted" / name / "ch03").mkdir(parents=True)
+        nbformat.write(filled(release, lambda c: c.metadata.get("nbgrader", {}).get("solution"), name),
+                       course / "submitted" / name / "ch03" / "ch.ipynb")
+    run = subprocess.run([str(nbgrader), "autograde", "ch03", "--create"], cwd=course, env=_env(),
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        grades = {name: next(g.score for g in gb.find_submission_notebook("ch", "ch03", name).grades
+                             if g.name == "ex1-check") for name in answers}
+    assert grades == {"right": 2, "unscaled": 0}
+    graded = nbformat.read(course / "autograded" / "unscaled" / "ch03" / "ch.ipynb", as_version=4)
+    assert "not scaled" in json.dumps([c.outputs for c in graded.cells if c.cell_type == "code"])
+    assert os.path.exists(course / "gradebook.db")

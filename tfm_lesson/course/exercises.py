@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._syntax import parse
-from .cells import CourseError
+from .cells import CourseError, is_setup_cell
 from .cells import is_solution as _is_solution
 from .cells import is_stub as _is_stub
 
@@ -121,3 +121,11 @@ def chapter_definitions(source: str) -> str:
                                                   for t in node.targets):
             keep.append(node)  # an instructor's checker: `check_x = make_checker(...)`
     return "\n\n".join(ast.unparse(n) for n in keep)
+
+
+def chapter_sources(chapter: Any, exs: list[Exercise]) -> list[str]:
+    """The definitions of the chapter's cells that are not an exercise's (what the kernel runs among the answers)."""
+    skip = {i for ex in exs for i in (ex.answer_index, ex.solution_index, ex.check_index) if i is not None}
+    return [src for i, cell in enumerate(chapter["cells"][:exs[-1].check_index + 1])
+            if i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", ""))
+            and (src := chapter_definitions(cell.get("source", "")))]

@@ -29,18 +29,20 @@ import ast
 import copy
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .._io import atomic_open
 from .cells import CourseError, write_notebook
-from .exercises import Exercise, exercises
+from .exercises import Exercise, chapter_sources, exercises
 from .export_quiz import nbgrader_quiz_test, otter_quiz_tests, quiz_points
 from .export_record import check_targets, remember
 from .kernel_watchdog import GRACE, KernelWatchdog
 from .location import install_sources
 from .quiz import QUIZ_CALL, is_quiz_cell
 from .quiz_hand_in import HAND_IN_TAG, hand_in_source
+from .verdicts import chapter_checkers
 from .solution_form import unfold
 
 __all__ = ["OtterCellTimeLimit", "course_requirements", "export", "nbgrader_notebook", "otter_notebook"]
@@ -49,26 +51,46 @@ SCHEMA_VERSION = 3  # nbgrader's cell metadata schema
 CELL_TIME_LIMIT = 600  # seconds per cell, by default, in both tools (a chapter's training cell takes minutes on a CPU)
 
 
-def _fresh_check(ex: Exercise, indent: str = "", run: tuple[str, int] | None = None) -> str:
-    """The lines of a test that imports the checkers afresh and runs the exercise's checker; with ``run``, (a function
-    of ``tfm_lesson.checks._parts``, its first argument), through that function, for partial credit."""
-    checker = f"tfm_lesson.checks.{ex.checker}"
+@dataclass(frozen=True)
+class ChapterChecks:
+    """The chapter's checkers (one it defines, ``check_x = make_checker(...)``, else the package's) and the
+    chapter's definitions, which a test rebuilds its own checker from."""
+
+    checkers: dict[str, Callable]
+    definitions: str
+
+    @classmethod
+    def of(cls, chapter: Any, exs: list[Exercise]) -> "ChapterChecks":
+        sources = chapter_sources(chapter, exs) if exs else []
+        return cls(chapter_checkers(chapter, exs, sources), "\n\n".join(sources))
+
+    def own(self, ex: Exercise) -> bool:
+        from .. import checks
+
+        return self.checkers[ex.checker] is not getattr(checks, ex.checker, None)
+
+
+def _fresh_check(ex: Exercise, found: ChapterChecks, indent: str = "", run: tuple[str, int] | None = None) -> str:
+    """The lines of a test that imports the checkers afresh and runs the exercise's checker (a chapter's own one
+    rebuilt from the chapter's definitions, whatever an answer cell rebound); with ``run`` (a function of
+    ``tfm_lesson.checks._parts``, its first argument), through that function, for partial credit."""
+    own = found.own(ex)
+    checker = ex.checker if own else f"tfm_lesson.checks.{ex.checker}"
     return "\n".join(indent + line for line in [
         "import sys",
         "for _name in [m for m in list(sys.modules) if m == 'tfm_lesson.checks' or m.startswith('tfm_lesson.checks.')]:",
         "    del sys.modules[_name]  # the checkers as installed, whatever an answer cell rebound",
         "import tfm_lesson.checks",
+        *(found.definitions.splitlines() if own else []),
         f"{checker}({ex.arguments})" if run is None else
         f"tfm_lesson.checks._parts.{run[0]}({run[1]}, {checker}, {ex.arguments})",
     ])
 
 
-def named_checks_of(ex: Exercise) -> dict[str, float] | None:
+def named_checks_of(ex: Exercise, found: ChapterChecks) -> dict[str, float] | None:
     """The named checks of the exercise's checker (``checker.checks``, :mod:`tfm_lesson.checks._parts`), or None:
     both exports then award the same fraction of its points as ``course grade``."""
-    from .. import checks
-
-    named = getattr(getattr(checks, ex.checker, None), "checks", None)
+    named = getattr(found.checkers[ex.checker], "checks", None)
     return dict(named) if isinstance(named, dict) and named else None
 
 
@@ -108,6 +130,7 @@ def _clean(cell: Any) -> Any:
 def nbgrader_notebook(chapter: Any) -> Any:
     """The chapter as an nbgrader source notebook."""
     exs = exercises(chapter)
+    found = ChapterChecks.of(chapter, exs)
     by_cell = {i: (kind, ex) for ex in exs for kind, i in
                (("turn", ex.answer_index), ("solution", ex.solution_index), ("check", ex.check_index))}
     out = copy.deepcopy(chapter)
@@ -127,9 +150,9 @@ def nbgrader_notebook(chapter: Any) -> Any:
             # test cell outputs a single number [...] it will use that as the number of points"; the code:
             # nbgrader.utils.determine_grade and get_partial_grade, 0.9.6); a cell that shows nothing scores full
             # points, one that raises 0. partial_points shows the points a checker with named checks earned.
-            run = ("partial_points", ex.points) if named_checks_of(ex) else None
+            run = ("partial_points", ex.points) if named_checks_of(ex, found) else None
             test["source"] = f"# {ex.title}: {ex.points} point(s). The checker's message names the mistake.\n" + \
-                _fresh_check(ex, run=run)
+                _fresh_check(ex, found, run=run)
             cells.append(test)
         else:
             cells.append(_meta(_clean(cell), grade=False, grade_id=f"cell-{i + 1}", locked=True, solution=False))
@@ -216,23 +239,23 @@ def _otter_solution(solution: str, stub: str | None) -> str:
             f"{quote} # BEGIN PROMPT\n{stub.rstrip()}\n{quote}; # END PROMPT")
 
 
-def _otter_points(ex: Exercise) -> str:
+def _otter_points(ex: Exercise, found: ChapterChecks) -> str:
     """The question's points: the exercise's, or one value per named check of its checker (each its share)."""
-    named = named_checks_of(ex)
+    named = named_checks_of(ex, found)
     if not named:
         return str(ex.points)
     total = sum(named.values())
     return json.dumps([round(ex.points * weight / total, 6) for weight in named.values()])
 
 
-def _otter_tests(ex: Exercise) -> list[str]:
+def _otter_tests(ex: Exercise, found: ChapterChecks) -> list[str]:
     """The question's test cells: one running the checker, or, for a checker with named checks, one per named check,
     passing when the checker got past it (Otter gives each test case its points: the question earns the same fraction
     as in ``course grade``)."""
     params = sorted({n.id for n in ast.walk(ast.parse(f"f({ex.arguments})")) if isinstance(n, ast.Name)} - {"f"})
     message = ("the checker's message, in the result below, names the mistake (the same message as the check in "
                "the chapter).")
-    named = named_checks_of(ex)
+    named = named_checks_of(ex, found)
     runs = [(f"test_ex{ex.number}", None)] if not named else [
         (f"test_ex{ex.number}_{k}", ("reached", k)) for k in range(1, len(named) + 1)]
     tests = []
@@ -240,7 +263,7 @@ def _otter_tests(ex: Exercise) -> list[str]:
         what = f"{ex.title}: {message}" if check is None else f"{ex.title}, check {check!r}: {message}"
         tests.append("\n".join([
             '""" # BEGIN TEST CONFIG', f"failure_message: {_yaml(what)}", '""" # END TEST CONFIG',
-            f"def {name}({', '.join(params)}):", _fresh_check(ex, "    ", run), "", f"{name}({', '.join(params)})"]))
+            f"def {name}({', '.join(params)}):", _fresh_check(ex, found, "    ", run), "", f"{name}({', '.join(params)})"]))
     return tests
 
 
@@ -248,6 +271,7 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
     """The chapter in Otter-Grader's v1 notebook format; each cell of a submission runs under ``timeout`` seconds
     (:class:`OtterCellTimeLimit`)."""
     exs = exercises(chapter)
+    found = ChapterChecks.of(chapter, exs)
     cells_in = chapter["cells"]
     starts: dict[int, Exercise] = {}
     for ex in exs:  # a question starts at its "### Exercise" text when that comes right before its cells
@@ -261,14 +285,14 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
     for i, cell in enumerate(cells_in):
         if i in starts:
             ex = starts[i]
-            cells.append(_raw(f"# BEGIN QUESTION\nname: ex{ex.number}\npoints: {_otter_points(ex)}"))
+            cells.append(_raw(f"# BEGIN QUESTION\nname: ex{ex.number}\npoints: {_otter_points(ex, found)}"))
         if i in skip:
             continue
         if i in by_solution:
             cells += [_raw("# BEGIN SOLUTION"), _code(_otter_solution(_clean(cell)["source"], stubs.get(i))),
                       _raw("# END SOLUTION")]
         elif i in by_check:
-            cells += [_raw("# BEGIN TESTS"), *map(_code, _otter_tests(by_check[i])), _raw("# END TESTS"),
+            cells += [_raw("# BEGIN TESTS"), *map(_code, _otter_tests(by_check[i], found)), _raw("# END TESTS"),
                       _raw("# END QUESTION")]
         else:
             cells.append(_clean(cell))
@@ -279,6 +303,9 @@ def otter_notebook(chapter: Any, name: str, timeout: int = CELL_TIME_LIMIT) -> A
                       _raw("# END QUESTION")]
     out = copy.deepcopy(chapter)
     out["cells"] = cells
+    # `otter assign` reads the language from the kernelspec, which a notebook made by `jupytext --to notebook` lacks
+    out.setdefault("metadata", {}).setdefault("kernelspec", {"name": "python3", "display_name": "Python 3",
+                                                             "language": "python"})
     return out
 
 

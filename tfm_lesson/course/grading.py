@@ -54,7 +54,7 @@ from typing import Any, Callable, NamedTuple
 
 from .. import checks
 from .cells import CourseError, is_setup_cell
-from .exercises import Exercise, chapter_definitions, exercises
+from .exercises import Exercise, chapter_definitions, chapter_sources, exercises
 from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Kernel, KernelGroup, cell_error,
                              check_kernel, kernel_spec)
 from .quiz_hand_in import chapter_quiz, grade_quiz, quiz_item
@@ -96,18 +96,10 @@ class Checking:
 
     @classmethod
     def of(cls, chapter: Any, exs: list[Exercise], seed: int | None = None) -> "Checking":
-        sources = _chapter_sources(chapter, exs)
+        sources = chapter_sources(chapter, exs)
         checkers = chapter_checkers(chapter, exs, sources)
         own = {name for name, fn in checkers.items() if fn is not getattr(checks, name, None)}
         return cls(checkers, own, {ex.number: seeded(checkers[ex.checker], ex, seed) for ex in exs}, seed)
-
-
-def _chapter_sources(chapter: Any, exs: list[Exercise]) -> list[str]:
-    """The definitions of the chapter's cells that are not an exercise's (what the kernel runs among the answers)."""
-    skip = {i for ex in exs for i in (ex.answer_index, ex.solution_index, ex.check_index) if i is not None}
-    return [src for i, cell in enumerate(chapter["cells"][:exs[-1].check_index + 1])
-            if i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", ""))
-            and (src := chapter_definitions(cell.get("source", "")))]
 
 
 def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None], scratch: Path,
