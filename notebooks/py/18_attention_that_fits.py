@@ -21,8 +21,9 @@
 #
 # Every attention you have written in this course builds the whole matrix of scores, one number for every
 # (query, key) pair: $(\text{q\_len}, \text{k\_len})$ numbers per head. (The package's `MultiHeadAttention`
-# hands the work to PyTorch's fused kernel when it need not return the weights, and that kernel does not; this
-# chapter shows how such a kernel works.) At 4,096 tokens that matrix alone is 64 MiB per head in
+# hands the work to PyTorch's `scaled_dot_product_attention` when it need not return the weights; its fused back
+# ends never build that matrix, though it falls back to a plain "math" path that does, on a CPU whenever
+# dropout is on, for instance. This chapter shows how a fused kernel works.) At 4,096 tokens that matrix alone is 64 MiB per head in
 # float32, and a softmax over it writes another one as large. Yet the models you will use read contexts of
 # hundreds of thousands of tokens. The attention kernels that run them never build that matrix. This chapter
 # shows how, and proves that nothing is lost: the result is the same attention, to rounding.
@@ -370,7 +371,7 @@ tiled_over_explicit = [t / e for t, e in zip(seconds["tiled (flash_attention, ti
 print(f"\ntiled time / explicit time: {tiled_over_explicit[0]:.1f} at {lengths[0]:,} tokens, "
       f"{tiled_over_explicit[-1]:.1f} at {lengths[-1]:,}")
 
-# %% mystnb={"image": {"alt": "Log-log line chart of peak memory against sequence length from 256 to 4,096 tokens: the explicit attention climbs along the length-squared guide to over 100 MiB, while the tiled attention and PyTorch's fused SDPA stay near or below about 1 MiB, growing roughly linearly."}}
+# %% mystnb={"image": {"alt": "Log-log line chart of peak memory against sequence length from 256 to 4,096 tokens: the explicit attention climbs along the length-squared guide to over 100 MiB, while the tiled attention and PyTorch's fused SDPA stay near or below about 1 MiB, SDPA growing in proportion to the length, the tiled version more slowly at first (its tiles dominate)."}}
 viz.plot_scaling(lengths, {name: [b / 2**20 for b in peaks[name]] for name in methods},
                  title="Peak memory of one attention call (one head, d_k = 64, float32)")
 
@@ -378,11 +379,11 @@ viz.plot_scaling(lengths, {name: [b / 2**20 for b in peaks[name]] for name in me
 # Read the table above and the figure. The explicit path's peak is twice the square matrix (the last row of the
 # first table): the scores and the softmax's output exist at the same moment. It follows the dotted line of
 # slope 2: doubling the length multiplies it by four. The tiled version's peak is the output, $(\text{len}, 64)$,
-# plus a few tiles of $128 \times 128$: once the output dominates, it follows slope 1. SDPA's is little more than
+# plus a few tiles of $128 \times 128$: it approaches slope 1 as the output comes to dominate. SDPA's is little more than
 # the output, as far as a hook above the kernel can see.
 #
 # The second table is the time. At short lengths the tiled version is a few times slower than the explicit one:
-# its tiles are a Python loop, about a dozen small PyTorch calls per tile, each paying Python's and PyTorch's
+# its tiles are a Python loop, about two dozen small PyTorch calls per tile, each paying Python's and PyTorch's
 # overhead, while the explicit path makes a handful of large calls that use the CPU's vector units well. As the
 # length grows, the explicit path writes and reads square matrices far larger than the CPU's caches, so how the
 # two compare at the longest lengths differs from machine to machine: the last line under the table prints the
@@ -391,8 +392,8 @@ viz.plot_scaling(lengths, {name: [b / 2**20 for b in peaks[name]] for name in me
 # FlashAttention is for. On a GPU the same algorithm, written as one fused kernel, keeps each tile in the chip's
 # fast on-chip memory and avoids writing the square matrix to the slow main memory and reading it back: there it
 # saves time as well as memory.
-# (No GPU ran this notebook. On a GPU, SDPA picks among several implementations, its *back ends*: a fused
-# FlashAttention kernel and a plain "math" one among them. Those are not measured here.)
+# (No GPU ran this notebook. SDPA picks among several implementations, its *back ends*, on a CPU as on a GPU: on
+# a GPU a fused FlashAttention kernel and a plain "math" one among them. The GPU's are not measured here.)
 #
 # **A cross-check that sees everything.** The operating system keeps, for every process, the high-water mark of
 # its resident memory: every page it touched, kernel scratch buffers included. On Linux,
@@ -457,10 +458,11 @@ print(f"the ({length}, {length}) float32 matrix: {length * length * 4 / 2**20:.0
 # \text{peak}/\text{bandwidth}$, the operation is **memory-bound**: it finishes when its bytes have arrived, and more
 # arithmetic would be free. Right of it, it is **compute-bound**.
 #
-# A language model's weights are matrices $(d, d)$. **Prefill**, reading a prompt of $m$ tokens, multiplies
-# $(m, d)$ by each weight: with $m$ in the hundreds the intensity is around a hundred or more. **Decode**, writing one
-# token at a time with a KV cache (chapter 15), multiplies $(1, d)$ by each weight: a matrix–vector product,
-# $I \approx 2d^2 / (d^2 \cdot 4) = 0.5$ FLOP/byte in float32, whatever $d$ is. Measure both on this machine.
+# A language model's weights are matrices $(d_\text{model}, d_\text{model})$. **Prefill**, reading a prompt of $m$
+# tokens, multiplies $(m, d_\text{model})$ by each weight: with $m$ in the hundreds the intensity is tens to hundreds
+# of FLOPs per byte. **Decode**, writing one token at a time with a KV cache (chapter 15), multiplies
+# $(1, d_\text{model})$ by each weight: a matrix–vector product, $I \approx 2d_\text{model}^2 / (d_\text{model}^2
+# \cdot 4) = 0.5$ FLOP/byte in float32, whatever $d_\text{model}$ is. Measure both on this machine.
 # First the two roofs: the best FLOP/s of a large square product, and the speed of reading a large array, measured
 # two ways (a sum, and a product with a single row, which reads a matrix as a decode step does); the faster of the
 # two is the bandwidth roof:
@@ -480,7 +482,7 @@ def best_seconds(fn, repeat=5):
 
 A = torch.randn(1024, 1024)
 peak_gflops = 2 * 1024**3 / best_seconds(lambda: A @ A) / 1e9
-big = torch.randn(16384, 4096)  # 256 MiB: far larger than any CPU cache
+big = torch.randn(16384, 4096)  # 256 MiB: larger than the cache one core can use
 by_sum = big.numel() * 4 / best_seconds(lambda: big.sum()) / 1e9  # read once, one number out
 by_product = big.numel() * 4 / best_seconds(lambda: torch.ones(1, 16384) @ big) / 1e9  # read once, 4096 out
 bandwidth_gbs = max(by_sum, by_product)
@@ -496,31 +498,31 @@ del big
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-d = 4096
-weights = [torch.randn(d, d) for _ in range(4)]  # 4 x 64 MiB
+d_model = 4096
+weights = [torch.randn(d_model, d_model) for _ in range(4)]  # 4 x 64 MiB
 points = {}
 print("tokens m | FLOPs per byte | GFLOP/s | ms per pass")
 for m in (1, 4, 16, 64, 256):
-    x = torch.randn(m, d)
+    x = torch.randn(m, d_model)
     s = best_seconds(lambda: [x @ w for w in weights], repeat=3 if m > 16 else 5)
-    flops = 4 * 2 * m * d * d
-    intensity = 2 * m * d * d / ((m * d + d * d + m * d) * 4)
+    flops = 4 * 2 * m * d_model * d_model
+    intensity = 2 * m * d_model * d_model / ((m * d_model + d_model * d_model + m * d_model) * 4)
     points[f"m = {m}" + (" (decode)" if m == 1 else " (prefill)" if m == 256 else "")] = (intensity, flops / s / 1e9)
     print(f"{m:8} | {intensity:14.2f} | {flops / s / 1e9:7.1f} | {1e3 * s:8.1f}")
 del weights
 
-# %% mystnb={"image": {"alt": "Roofline chart of this machine on log axes: a sloping memory-bound roof meets a flat compute roof at the knee; the matrix products sit below it, the decode product with one row (m = 1) far left on the sloping part and the prefill product with 256 rows far right near the flat peak."}}
+# %% mystnb={"image": {"alt": "Roofline chart of this machine on log axes: a sloping memory-bound roof meets a flat compute roof at the knee; the matrix products sit on or below it, the decode product with one row (m = 1) far left on the sloping part and the prefill product with 256 rows far right near the flat peak."}}
 viz.plot_roofline(peak_gflops, bandwidth_gbs, points, title=f"Roofline of this machine ({platform.machine()}, "
                                                            f"{torch.get_num_threads()} thread(s), float32)")
 
 # %% [markdown]
 # The cell before the figure prints the GFLOP/s for each number of tokens $m$. The decode step ($m = 1$) sits at
 # the far left, near the sloping roof: it runs at the speed memory delivers the weights, a small fraction of the
-# peak. (It can land a little above the sloping line: the bandwidth roof is itself a measurement, and a product
-# with 64 MiB matrices still finds a part of them in the CPU's cache.) As $m$ grows,
+# peak. (It can land a little above the sloping line: the bandwidth roof is itself a measurement, and different
+# read patterns reach slightly different speeds.) As $m$ grows,
 # the same bytes serve more tokens, the intensity rises in proportion, and the points climb toward the flat roof;
-# the time per pass, the last column, grows far more slowly than $m$. A point can also sit well below the roof:
-# the library picks a different kernel for each shape, and some shapes are served badly.
+# the time per pass, the last column, grows far more slowly than $m$. A point can also sit well below the roof;
+# the matrix library's choices for small shapes are one likely reason.
 #
 # This is why decoding one sequence at a time is memory-bound on every machine, GPUs included (whose knee sits at
 # a much higher intensity): each generated token reads **every weight** and, for attention, **the whole KV
@@ -548,8 +550,8 @@ for group in (1, 4, 8):  # query heads per key/value head; 1 = ordinary multi-he
 # ## Play with it
 #
 # Change the length and the tile size and see the tiled version's peak memory and time move. Smaller tiles:
-# less memory, more Python calls, slower. Tiles as large as the sequence: the explicit path again, one tile of
-# $(\text{len}, \text{len})$.
+# less memory, more Python calls, slower. Tiles as large as the sequence: the square matrix again, one tile of
+# $(\text{len}, \text{len})$, three of them at once, more than the explicit path's two.
 
 # %%
 length, block_size = 2048, 64  # try block_size 16, 256, 2048
@@ -630,7 +632,8 @@ print("equal to flash_attention:", torch.allclose(out, flash_attention(q, k, v, 
 # `flash_attention` uses. `mask` (boolean, True = may attend, shaped $(\text{batch}, \text{heads}, \text{q\_len},
 # \text{k\_len})$) hides keys too, with or without `causal`; a query that sees no key gets 0. Write it yourself:
 # the checker refuses the package's `flash_attention` and PyTorch's SDPA, and measures your function's peak
-# memory with the package's tracer, which must stay below one full $(\text{q\_len}, \text{k\_len})$ matrix.
+# memory with `peak_tensor_bytes` (the hook of the memory section), which must stay below one full
+# $(\text{q\_len}, \text{k\_len})$ matrix.
 
 # %%
 def my_tiled_attention(query, key, value, block_size, causal=False, mask=None):

@@ -34,7 +34,7 @@ QUESTIONS = [
         answer=1,
         feedback=[
             "Each tile's weights would sum to 1 on their own, so a row of three tiles would weigh 3 in all: the "
-            "mistake 'normalised per tile' of the checker.",
+            "checker's mistake 'normalised by that tile's own sum (softmax per tile)'.",
             "Right: the sum over the whole row is known only at the end; the accumulator keeps unnormalised "
             "exp(score - m) x value sums, rescaled whenever m grows, and one division finishes it.",
             "Subtracting the maximum only keeps exp() from overflowing; it does not normalise anything.",
@@ -103,7 +103,7 @@ QUESTIONS = [
     Question(
         prompt="Why is generating one token at a time (decode) bound by memory traffic rather than arithmetic?",
         options=[
-            "Each step multiplies a single row (1, d) by every weight matrix: about 2 FLOPs per weight read, "
+            "Each step multiplies a single row (1, d_model) by every weight matrix: about 2 FLOPs per weight read, "
             "so the processor waits for the weights (and the KV cache) to arrive.",
             "Because the softmax is expensive: each step takes exp() of a score for every cached key, and exp() "
             "costs far more than a multiply-add.",
