@@ -33,8 +33,9 @@
 #   pass over the row (here in blocks), the running sum **rescaled** whenever the maximum grows, then a second
 #   pass that writes the outputs;
 # - **tiled attention**, the forward pass of FlashAttention (Dao et al., 2022; Rabe & Staats, 2021 had shown the
-#   same running sums in chunks, with extra memory that grows far more slowly than the square of the length,
-#   $O(\sqrt{n})$ in their implementation, and a backward pass that recomputes instead of storing): blocks
+#   same rescaled sums, key by key and, in their implementation, as per-chunk summaries combined at the end, with
+#   extra memory that grows far more slowly than the square of the length, $O(\sqrt{n})$, and a backward pass
+#   that recomputes instead of storing): blocks
 #   ("tiles") of queries meet tiles of keys, with a running maximum, a running sum and an output accumulator per
 #   query, normalised once at the end; causal masks with the tile's **offset** in the sequence; queries that see
 #   no key;
@@ -420,7 +421,8 @@ except RuntimeError as exc:  # not Linux
 # other two.
 #
 # **With gradients.** Training keeps what the backward pass needs. Autograd through the explicit path keeps the
-# $(\text{len}, \text{len})$ weights; the tiled `FlashAttention` keeps the output and one log-sum-exp per query:
+# $(\text{len}, \text{len})$ weights; `flash_attention`, through its `torch.autograd.Function` `FlashAttention`,
+# keeps the output and one log-sum-exp per query:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -458,7 +460,8 @@ print(f"the ({length}, {length}) float32 matrix: {length * length * 4 / 2**20:.0
 # \text{peak}/\text{bandwidth}$, the operation is **memory-bound**: it finishes when its bytes have arrived, and more
 # arithmetic would be free. Right of it, it is **compute-bound**.
 #
-# A language model's weights are matrices $(d_\text{model}, d_\text{model})$. **Prefill**, reading a prompt of $m$
+# Most of a language model's weights are matrices of about $(d_\text{model}, d_\text{model})$ or
+# $(d_\text{model}, 4 d_\text{model})$; take the square ones. **Prefill**, reading a prompt of $m$
 # tokens, multiplies $(m, d_\text{model})$ by each weight: with $m$ in the hundreds the intensity is tens to hundreds
 # of FLOPs per byte. **Decode**, writing one token at a time with a KV cache (chapter 15), multiplies
 # $(1, d_\text{model})$ by each weight: a matrix–vector product, $I \approx 2d_\text{model}^2 / (d_\text{model}^2
@@ -511,15 +514,15 @@ for m in (1, 4, 16, 64, 256):
     print(f"{m:8} | {intensity:14.2f} | {flops / s / 1e9:7.1f} | {1e3 * s:8.1f}")
 del weights
 
-# %% mystnb={"image": {"alt": "Roofline chart of this machine on log axes: a sloping memory-bound roof meets a flat compute roof at the knee; the matrix products sit on or below it, the decode product with one row (m = 1) far left on the sloping part and the prefill product with 256 rows far right near the flat peak."}}
+# %% mystnb={"image": {"alt": "Roofline chart of this machine on log axes: a sloping memory-bound roof meets a flat compute roof at the knee; the matrix products sit near it (a point can pass a roof, itself measured on other shapes), the decode product with one row (m = 1) far left on the sloping part and the prefill product with 256 rows far right near the flat peak."}}
 viz.plot_roofline(peak_gflops, bandwidth_gbs, points, title=f"Roofline of this machine ({platform.machine()}, "
                                                            f"{torch.get_num_threads()} thread(s), float32)")
 
 # %% [markdown]
 # The cell before the figure prints the GFLOP/s for each number of tokens $m$. The decode step ($m = 1$) sits at
 # the far left, near the sloping roof: it runs at the speed memory delivers the weights, a small fraction of the
-# peak. (It can land a little above the sloping line: the bandwidth roof is itself a measurement, and different
-# read patterns reach slightly different speeds.) As $m$ grows,
+# peak. (A point can land a little above a roof: each roof is itself a measurement, the bandwidth on other read
+# patterns and the peak on a smaller product, and other shapes reach slightly different speeds.) As $m$ grows,
 # the same bytes serve more tokens, the intensity rises in proportion, and the points climb toward the flat roof;
 # the time per pass, the last column, grows far more slowly than $m$. A point can also sit well below the roof;
 # the matrix library's choices for small shapes are one likely reason.
@@ -544,8 +547,9 @@ for group in (1, 4, 8):  # query heads per key/value head; 1 = ordinary multi-he
 # Measured the other way round: the cheapest decode step is the one that reads the fewest bytes. Smaller caches
 # (grouped-query attention, chapter 16), fewer bytes per number (float16, 8-bit weights), and larger batches of
 # sequences decoded together (each weight read then serves every sequence of the batch) all move decode to the
-# right on the roofline. Prefill, by contrast, is compute-bound, and there a fused FlashAttention kernel is what
-# keeps attention's cost down on long prompts.
+# right on the roofline. In prefill the weight products are compute-bound, but attention written out is not: it
+# is slowed by writing and reading the $(n, n)$ scores. That traffic is what a fused FlashAttention kernel
+# removes, so long prompts are where it pays off most.
 #
 # ## Play with it
 #
@@ -867,7 +871,8 @@ T.quiz.show("18")
 #   multiplies one token by every weight and reads the whole KV cache, about two FLOPs per number read (0.5 FLOP
 #   per byte in float32, 1 in float16): memory-bound.
 #   That is why the cache's size, grouped-query attention and the number of bytes per weight matter so much
-#   for generation, and why prefill, compute-bound, is where fused attention kernels pay off most.
+#   for generation; in prefill, where the weight products are compute-bound, a fused attention kernel pays off by
+#   removing the traffic of the $(n, n)$ scores.
 #
 # Chapter 19 asks what all this costs: parameters, FLOPs and memory counted, and what a larger model buys. To go
 # further here: the FlashAttention-2 paper (Dao, 2023) for how the work is split between a GPU's cores, and PyTorch's `scaled_dot_product_attention` documentation for the back ends it

@@ -2,7 +2,7 @@
 mistake, so that a checker can say which mistake a wrong answer made (:func:`name_the_slip`).
 
 Each ``bug`` below is a slip learners make (an inverted rescale factor, a forgotten ``m = m_new``, a dropped last
-partial block, tile-local causal positions, ...); ``SLIPS`` maps it to the message that names it.
+partial block, tile-local causal positions, ...); ``ONLINE_SLIPS`` and ``TILED_SLIPS`` map it to the message that names it.
 """
 from __future__ import annotations
 
