@@ -166,10 +166,12 @@ def test_resume_grades_only_the_submissions_not_in_the_csv(klass):
                  "--feedback", str(klass / "fb"))
     assert out.returncode == 0, out.stderr
     assert "1 submission(s) already in" in out.stdout and "1 submission(s) graded" in out.stdout
-    assert "right.ipynb:" not in out.stdout and "blank.ipynb: 0 / 9" in out.stdout
+    assert "right.ipynb:" not in out.stdout and "blank.ipynb: 0 / 13" in out.stdout  # 9 + the quiz's 4
     rows = _table(klass / "g.csv")
-    assert [r["message"] for r in rows if r["submission"] == right] == ["kept from the first run"] * 3
-    assert len([r for r in rows if r["submission"].endswith("blank.ipynb")]) == 3
+    # right.ipynb's exercises are kept; the quiz line, which that CSV lacked, is read from its hand-in (never run)
+    assert [r["message"] for r in rows if r["submission"] == right][:3] == ["kept from the first run"] * 3
+    assert [r["exercise"] for r in rows if r["submission"] == right][3:] == ["Quiz 03"]
+    assert len([r for r in rows if r["submission"].endswith("blank.ipynb")]) == 4
     assert [p.name for p in (klass / "fb").iterdir()] and all("blank" in p.name for p in (klass / "fb").iterdir())
 
 
@@ -202,7 +204,7 @@ def test_ctrl_c_keeps_every_finished_grade_and_resume_grades_the_rest(klass):
     assert grader.returncode == 130, stderr
     assert "--resume" in stderr
     kept = _table(klass / "g.csv")
-    assert 3 <= len(kept) < 5 * 3 and len(kept) % 3 == 0  # whole submissions only
+    assert 4 <= len(kept) < 5 * 4 and len(kept) % 4 == 0  # whole submissions only (3 exercises and the quiz)
     deadline = time.monotonic() + 20  # a sandbox's namespace is torn down after its first process: give it time
     while [pid for pid in kernels if _alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -211,7 +213,7 @@ def test_ctrl_c_keeps_every_finished_grade_and_resume_grades_the_rest(klass):
                    "--jobs", "2")
     assert again.returncode == 0, again.stderr
     rows = _table(klass / "g.csv")
-    assert len(rows) == 5 * 3 and len({(r["submission"], r["exercise"]) for r in rows}) == 15
+    assert len(rows) == 5 * 4 and len({(r["submission"], r["exercise"]) for r in rows}) == 20
     assert rows[:len(kept)] == kept or all(r in rows for r in kept)
     assert re.search(rf"{len(kept) // 3} submission\(s\) already in", again.stdout)
 

@@ -57,12 +57,12 @@ from .cells import CourseError, is_setup_cell
 from .exercises import Exercise, chapter_definitions, chapter_sources, exercises
 from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Kernel, KernelGroup, cell_error,
                              check_kernel, kernel_spec)
-from .quiz_hand_in import chapter_quiz, grade_quiz, quiz_item
+from .quiz_hand_in import chapter_quiz, quiz_item
 from .grading_report import (GradeBook, Graded, Result, check_outputs, feedback_page, page_names, write_csv,
                              write_page)
 from .sandbox_container import choose_or_say
 from .sandbox_limits import Limits, ScratchDisk, describe
-from .submission import MAX_BYTES, answers, read_submission
+from .submission import MAX_BYTES, answers, quiz_of, read_submission
 from .verdicts import chapter_checkers, check_call, check_cell, seeded, verdict
 
 # The grader in parts: the chapter's exercises (exercises), reading a submission (submission), the kernel it runs in
@@ -292,14 +292,6 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
     return Graded(name, outcome.final(), notes, time.perf_counter() - start)
 
 
-def _quiz(path: Path, cid: str) -> Any:
-    """The quiz line of the submission at ``path``: its hand-in read as text (:mod:`.quiz_hand_in`), never run."""
-    try:
-        return grade_quiz(read_submission(path), cid)
-    except (CourseError, OSError) as exc:
-        return grade_quiz(None, cid, f"not graded: {exc}")
-
-
 def _remove(folder: str) -> None:
     """Remove a submission's working folder whatever its kernel left there (thousands of nested folders make
     ``shutil.rmtree`` recurse too deep): ``rm -rf`` where there is one, else ``rmtree``, never an exception."""
@@ -360,6 +352,14 @@ def _announce(limits: Limits | None, sandbox: bool | str, seed: int, resumed: st
           "draws the same inputs again)", flush=True)
 
 
+def _add_quiz_lines(book: GradeBook, cid: str | None) -> None:
+    """--resume of a CSV written before the quiz line: each submission whose exercises it grades gets its quiz line
+    (read from its hand-in, never run) and keeps the rest."""
+    if cid:
+        for name in book.done(exercise_titles=True) - book.done():
+            book.add_rows(Graded(name, [quiz_of(Path(name), cid)]))
+
+
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
           sandbox: bool | str = True, resume: bool = False, seed: int | None = None,
@@ -390,6 +390,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     checking = Checking.of(chapter, exs, seed)  # a checker found nowhere is refused here too
     cid = chapter_quiz(chapter) if quiz else None
     book = GradeBook(csv_path, [*exs, *([quiz_item(cid)] if cid else [])], [str(p) for p in files], resume)
+    _add_quiz_lines(book, cid)
     done = book.done()
     done_paths = {Path(name).resolve() for name in done}
     todo = [p for p in files if str(p) not in done and p.resolve() not in done_paths]
@@ -414,7 +415,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
             if whole.stopped.is_set():
                 return  # stopped midway: not a grade
             if cid:
-                g.results.append(_quiz(path, cid))
+                g.results.append(quiz_of(path, cid))
             g.sandboxed = bool(sandbox)
             book.add(g)
             if feedback is not None:

@@ -94,18 +94,28 @@ class GradeBook:
         self.path, self.order = path, {name: k for k, name in enumerate(order)}
         self.rows: list[list] = read_grades(path) if resume and path.exists() else []
         titles = {ex.title for ex in exercises}
+        self.exercise_titles = {ex.title for ex in exercises if isinstance(ex, Exercise)}  # the quiz line left out
         if any(row[1] not in titles for row in self.rows):
             raise CourseError(f"--resume: the grades in {path} are of other exercises than this chapter's: name "
                               "another --csv, or give the chapter they were graded against")
         self.titles = titles
         self._lock = threading.Lock()
 
-    def done(self) -> set[str]:
-        """The submissions that have a row for every exercise."""
+    def done(self, exercise_titles: bool = False) -> set[str]:
+        """The submissions that have a row for every exercise (with ``exercise_titles``, the quiz line left out)."""
+        wanted = self.exercise_titles if exercise_titles else self.titles
         seen: dict[str, set[str]] = {}
         for row in self.rows:
             seen.setdefault(row[0], set()).add(row[1])
-        return {name for name, titles in seen.items() if titles >= self.titles}
+        return {name for name, titles in seen.items() if titles >= wanted}
+
+    def add_rows(self, g: Graded) -> None:
+        """Add the rows of ``g`` its submission does not have yet, keeping the others, and write the table again."""
+        with self._lock:
+            have = {row[1] for row in self.rows if row[0] == g.submission}
+            self.rows += [row for row in _rows(g) if row[1] not in have]
+            self.rows.sort(key=lambda row: self.order.get(row[0], -1))
+            self.write()
 
     def add(self, g: Graded) -> None:
         """Add one graded submission (replacing any row of it) and write the whole table again."""

@@ -14,7 +14,7 @@ from .._syntax import parse
 from .cells import STUDENT_STUB, CourseError
 from .cells import is_solution as _is_solution
 from .exercises import Exercise, defined_names
-from .quiz_hand_in import is_hand_in_cell
+from .quiz_hand_in import grade_quiz, is_hand_in_cell
 
 MAX_BYTES = 50 * 1024 * 1024  # a bigger submission is refused unread
 
@@ -194,3 +194,12 @@ def answers(student: Any, chapter: Any, exs: list[Exercise]) -> tuple[dict[int, 
         found[ex.number] = [_source(cells.theirs[j]) for j in where if not _comment_only(_source(cells.theirs[j]))]
     used = {j for where in located.values() for j in where or ()}
     return found, notes + _differences(cells, ours, exs, used)
+
+
+def quiz_of(path: Path, cid: str) -> Any:
+    """The quiz line of the submission at ``path``: its hand-in read as text, never run (:mod:`.quiz_hand_in`); a
+    file that cannot be read scores 0 with the reason."""
+    try:
+        return grade_quiz(read_submission(path), cid)
+    except (CourseError, OSError) as exc:
+        return grade_quiz(None, cid, f"not graded: {exc}")
