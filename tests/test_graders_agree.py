@@ -109,6 +109,8 @@ def _course_grade(tmp: Path, answers) -> dict[str, list[float]]:
     points: dict[str, list[float]] = {}
     with open(tmp / "grades.csv", newline="") as f:
         for row in csv.DictReader(f):
+            if not row["exercise"].startswith("Exercise"):
+                continue  # the quiz's line: tests/test_quiz_graders.py compares it across the three
             points.setdefault(Path(row["submission"]).stem, []).append(float(row["points"]))
             if row["message"]:
                 print("course grade:", Path(row["submission"]).stem, row["exercise"], row["message"][:300])
