@@ -66,3 +66,26 @@ def test_a_loop_that_swallows_the_interrupt_has_its_kernel_killed():
     assert len(events) == 2 and "interrupted" in events[0] and "killed" in events[1], events
     assert took < 60, took  # 2 s + 2 s after the kernel's start; a generous bound for a loaded machine
     assert not nb.cells[2].outputs  # the cell after the loop never ran
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_under_otters_executor_the_killed_cell_costs_itself_and_the_rest_runs():
+    """Otter runs a submission with nbconvert's ExecutePreprocessor (otter.execute.grade_notebook); the plugin wraps
+    it (tfm_lesson/course/otter_rerun.py): after the kill, the notebook runs again with the looping cell replaced by
+    one that raises TimeoutError, so the cells after it run and Otter's result cell would too."""
+    from nbconvert.preprocessors import ExecutePreprocessor
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in ("x = 1", SWALLOW, "print('after', x)")])
+    plugin = OtterCellTimeLimit("", {}, {"seconds": 2, "grace": 1})
+    plugin.before_execution(nb)
+    try:
+        done, _ = ExecutePreprocessor(timeout=None, allow_errors=True, kernel_name="python3").preprocess(nb)
+    finally:
+        plugin.after_grading(None)
+    report = plugin.generate_report()
+    assert "killed" in report and "cell 1 ('import time') replaced by one that raises TimeoutError" in report, report
+    assert done.cells[1].outputs[0]["ename"] == "TimeoutError"
+    assert "ran past the 2 s time limit" in done.cells[1].outputs[0]["evalue"]
+    assert [o.get("text") for o in done.cells[2].outputs] == ["after 1\n"]
+    assert done.cells[0].source == "x = 1" and "while True" not in done.cells[1].source

@@ -181,8 +181,10 @@ class OtterCellTimeLimit:
     local runner has no time limit of its own and would wait forever; ``otter grade --timeout`` kills the whole
     container (every question 0). Otter creates the plugin in its own grading process; ``before_execution`` starts a
     :class:`~tfm_lesson.course.kernel_watchdog.KernelWatchdog` there, which interrupts a cell at the limit and kills
-    the kernel ``grace`` seconds later if the cell catches the interrupt (then the run ends with Otter's "Kernel
-    died" error for that submission). Configured with ``{"seconds": N}`` (and optionally ``"grace"``)."""
+    the kernel ``grace`` seconds later if the cell catches the interrupt; the notebook then runs again from the top
+    with that cell replaced by one that raises ``TimeoutError`` (:mod:`~tfm_lesson.course.otter_rerun`), so the cell
+    costs the questions that need it and the others are graded. Configured with ``{"seconds": N}`` (and optionally
+    ``"grace"``)."""
 
     def __init__(self, submission_path: str, submission_metadata: dict, plugin_config: dict | None):
         config = plugin_config or {}
@@ -194,7 +196,16 @@ class OtterCellTimeLimit:
 
     def before_execution(self, submission: Any) -> Any:
         """Start the watchdog (the kernel starts right after this event); the submission runs as it is."""
-        self.watchdog = KernelWatchdog(self.seconds, self.grace).start()
+        from .otter_rerun import install
+
+        watchdog = self.watchdog = KernelWatchdog(self.seconds, self.grace).start()
+        counted = [0]
+
+        def killed_by_limit() -> bool:
+            new, counted[0] = watchdog.kills > counted[0], watchdog.kills
+            return new
+
+        install(killed_by_limit, self.seconds)
         return submission
 
     def after_grading(self, results: Any) -> None:
@@ -202,7 +213,9 @@ class OtterCellTimeLimit:
             self.watchdog.stop()
 
     def generate_report(self) -> str:
-        events = self.watchdog.events if self.watchdog is not None else []
+        from .otter_rerun import replaced
+
+        events = (self.watchdog.events if self.watchdog is not None else []) + replaced()
         return "\n".join(f"time limit ({self.seconds} s a cell): {e}" for e in events)
 
 

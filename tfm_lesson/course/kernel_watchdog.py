@@ -7,7 +7,8 @@ to the kernel's IOPub channel, where the kernel itself announces each execution'
 (``idle``), and when one execution runs past ``seconds`` it first interrupts the kernel (``SIGINT``, as nbclient's
 own timeout does: an ordinary endless loop stops there and the next cells run) and, if the kernel is still busy
 ``grace`` seconds later, kills the kernel's whole process group (``SIGKILL``, which no handler can catch). The tool
-then sees a dead kernel and ends. POSIX only (the signals); :mod:`psutil` (an ipykernel dependency) finds the kernel.
+then sees a dead kernel (under Otter, :mod:`tfm_lesson.course.otter_rerun` runs the notebook again without that
+cell). POSIX only (the signals); :mod:`psutil` (an ipykernel dependency) finds the kernel.
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ class KernelWatchdog:
         self.seconds, self.grace = float(seconds), float(grace)
         self.parent = os.getpid() if parent is None else parent
         self.events: list[str] = []
+        self.kills = 0  # kernels killed so far
         self._say = say
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfm_lesson-kernel-watchdog", daemon=True)
@@ -136,8 +138,9 @@ class KernelWatchdog:
                     os.kill(kernel.pid, signal.SIGINT)
                     interrupted = now
                 elif interrupted is not None and now - interrupted > self.grace:
+                    self.kills += 1
                     self._note(f"the cell went on {self.grace:g} s after the interrupt (it catches it): kernel "
-                               f"{kernel.pid} killed; this submission's later cells and tests cannot run")
+                               f"{kernel.pid} killed")
                     self._kill(kernel)
                     return
         finally:
