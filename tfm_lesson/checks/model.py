@@ -12,6 +12,10 @@ from torch import Tensor, nn
 
 from ..model import Transformer, TransformerConfig, count_parameters
 from ._harness import Mistake, call, close, diagnose, expect, expect_written, learner_side, output_of, passed
+from ._rules import forbid_names, forbid_objects
+
+COUNT_WHY = ("The exercise asks for the count from the configuration's numbers alone, without building the model "
+             "(or any of its modules) and counting its parameters.")
 
 __all__ = ["check_scaled_embedding", "check_generator", "check_tie_weights", "check_parameter_count"]
 
@@ -159,6 +163,10 @@ def check_parameter_count(fn: Callable) -> None:
     """Check ``fn(config) -> int``: the number of parameters of ``Transformer(config)`` for configs that vary
     sizes, layer counts, vocabularies, ``share_embeddings`` and ``tie_embeddings`` (sinusoidal positions,
     biases, post-norm)."""
+    forbid_objects(fn, {"Transformer": Transformer, "count_parameters": count_parameters,
+                        "nn.Transformer": nn.Transformer}, "parameter count", COUNT_WHY)
+    forbid_names(fn, ("Transformer", "count_parameters", "parameters", "named_parameters", "numel",
+                  "state_dict"), "parameter count", COUNT_WHY)
     rng = random.Random(24)
     configs = [TransformerConfig()]  # the base model: 63,082,496 with a shared 37,000-token vocabulary
     for share, tie in ((True, True), (False, True), (False, False), (True, False)):
