@@ -150,6 +150,16 @@ def _old_jupyter(nb):
     return out
 
 
+# exercise 3's answer, reading what ran in its kernel before it: which exercises' solutions (the chapter's solution
+# cells keep their "Reference solution" title; a student's answers do not) it can find there
+PEEK = """\
+_title, _def = "Reference " + "solution", "def " + "{}_heads("  # not as such in this cell, which In holds too
+_ran = [cell for cell in get_ipython().user_ns.get("In", []) if _title in cell]
+raise ValueError(f"split_heads solution seen: {any(_def.format('split') in c for c in _ran)}; "
+                 f"merge_heads solution seen: {any(_def.format('merge') in c for c in _ran)}")
+"""
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One class of twelve submissions, graded once through the command line (two at a time)."""
@@ -180,6 +190,8 @@ def graded(tmp_path_factory):
     _write(_with(blank, 1, FORGE + blank["cells"][ex1.answer_index]["source"]), subs / "forger.ipynb")
     (subs / "colab.ipynb").write_bytes(COLAB.read_bytes())  # downloaded from Colab: exercise 3 wrong on purpose
     _write(_old_jupyter(right), subs / "old_jupyter.ipynb")
+    peek = _with(right, 2, "def merge_heads(x):\n    return x.reshape(x.shape[0], x.shape[2], -1)  # no transpose\n")
+    _write(_with(peek, 3, PEEK), subs / "peek.ipynb")
     loud = _with(right, 1, "print('x' * 3_000_000)  # 3 MB in one cell\n" + right["cells"][ex1.answer_index]["source"])
     loud = _with(loud, 2, LOUD_MERGE)
     _write(loud, subs / "loud.ipynb")
@@ -198,7 +210,7 @@ def graded(tmp_path_factory):
 
 def test_csv_has_one_row_per_submission_and_exercise(graded):
     table, _, _ = graded
-    assert len(table) == 12 * 4  # three exercises and the quiz
+    assert len(table) == 13 * 4  # three exercises and the quiz
     assert all(set(r) == {"submission", "exercise", "passed", "points", "max_points", "message"}
                for r in table.values())
     assert table[("correct", 3)]["exercise"] == "Exercise 3: the whole module"
@@ -250,12 +262,22 @@ def test_endless_loop_dead_kernel_and_deleted_cells_cost_only_their_exercise(gra
     assert table[("memory_hog", 1)]["points"] == "3" and table[("memory_hog", 2)]["points"] == "3"
 
 
+def test_a_solution_runs_in_the_kernel_only_where_the_exercise_did_not_pass(graded):
+    """Code in a kernel can read whatever ran there (a hostile class read the solutions and raised them into its
+    feedback): the chapter's solution of an exercise runs in a student's kernel only after that student's own
+    answer failed, so that later exercises still get working pieces."""
+    table, _, _ = graded
+    assert table[("peek", 1)]["points"] == "3" and float(table[("peek", 2)]["points"]) < 3  # exercise 2 failed
+    message = table[("peek", 3)]["message"]
+    assert "split_heads solution seen: False; merge_heads solution seen: True" in message, message
+
+
 def test_files_that_are_not_notebooks_score_zero_with_the_reason(graded):
     table, feedback, stdout = graded
     assert "not a notebook Jupyter can read" in table[("notes", 1)]["message"]
     assert "the file is empty" in table[("zero", 2)]["message"]
-    assert len(list(feedback.glob("*.md"))) == 12
-    assert "12 submission(s) graded" in stdout
+    assert len(list(feedback.glob("*.md"))) == 13
+    assert "13 submission(s) graded" in stdout
 
 
 def test_notebooks_from_colab_and_older_jupyter_are_graded_on_their_answers(graded):

@@ -23,8 +23,9 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   :mod:`tfm_lesson.checks._replay`); the comparison, the named mistake and the pass happen here, and the source rules
   read the code the grader extracted. Nothing an answer patches inside its kernel (``print``, ``importlib``,
   ``torch``, IPython's events) can change a verdict; the chapter's own check cell is not run.
-* once an exercise is checked, the chapter's solution to it replaces the student's definitions, so each later
-  exercise is graded with the reference of the pieces before it: one bug costs one exercise;
+* once an exercise is checked and did not pass, the chapter's solution to it replaces the student's definitions, so
+  each later exercise is graded with working pieces before it: one bug costs one exercise (a solution never runs
+  in the kernel of a student whose answer passed: code there could read it);
 * an endless loop, a memory hog or a submission past its caps on the whole (``--processes``, ``--memory-total``,
   ``--disk``: :mod:`.sandbox_limits`) costs that exercise its points (the kernel is restarted and the other
   exercises go on); an empty, broken, huge or non-notebook file scores 0 with the reason; of a cell's output the
@@ -76,9 +77,10 @@ DEFAULT_TIMEOUT = 60  # seconds per cell (an exercise cell, a check)
 
 # the plan of one submission -----------------------------------------------------------------------------------------
 class Step(NamedTuple):
-    """One cell to run: a chapter definition, an answer cell or a check (``exercise`` None for the chapter's)."""
+    """One cell to run: a chapter definition, an answer cell, a check, or the chapter's solution of an exercise that
+    did not pass (``exercise`` None for the chapter's definitions)."""
 
-    kind: str  # "chapter", "answer" or "check"
+    kind: str  # "chapter", "answer", "check" or "reference"
     exercise: Exercise | None
     source: str
 
@@ -115,9 +117,11 @@ def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None],
                 plan.append(Step("answer", ex, source))
             plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex, token), ex.checker in checking.own,
                                                      checking.keywords[ex.number], checking.salt)))
-            # once checked, the student's definitions make way for the chapter's solution: each later exercise is
-            # graded with the reference of the pieces before it, so one bug (or one endless loop) costs one exercise
-            plan.append(Step("chapter", None, chapter["cells"][i].get("source", "")))
+            # once checked, the definitions of an exercise that did not pass make way for the chapter's solution:
+            # each later exercise is graded with working pieces before it, so one bug (or one endless loop) costs one
+            # exercise. Only then: code in the kernel can read what runs there, so a solution never reaches the
+            # kernel of a student whose own answer passed
+            plan.append(Step("reference", ex, chapter["cells"][i].get("source", "")))
         elif i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", "")):
             source = chapter_definitions(cell.get("source", ""))
             if source:
@@ -187,19 +191,31 @@ def _failure(kind: str, timed_out: bool, timeout: int, memory_mb: int) -> str:
                               "memory limit, or the code ended the process); it was restarted")
 
 
-def _restart(kernel: Kernel, before: list[Step], broken: dict[int, str]) -> None:
-    """A fresh kernel, with what stands ``before`` replayed (no checks, no broken exercise's answers)."""
+def _skipped(step: Step, outcome: _Outcome) -> bool:
+    """Whether ``step`` is not to run: the answers of an exercise that broke the kernel, the solution of one that
+    passed."""
+    kind, ex, _ = step
+    if ex is None:
+        return False
+    if kind == "reference":
+        return outcome.results[ex.number].passed and ex.number not in outcome.broken
+    return ex.number in outcome.broken
+
+
+def _restart(kernel: Kernel, before: list[Step], outcome: _Outcome) -> None:
+    """A fresh kernel, with what stands ``before`` replayed (no checks, no broken exercise's answers, the solutions
+    of the exercises that did not pass)."""
     kernel.stop()
     kernel.start()
-    for kind, ex, source in before:
-        if kind != "check" and (ex is None or ex.number not in broken):
-            kernel.run(source)
+    for step in before:
+        if step.kind != "check" and not _skipped(step, outcome):
+            kernel.run(step.source)
 
 
 def _dropped_note(step: Step, cell: Any) -> str | None:
     """The feedback's note on a cell whose output was over the grader's limit (dropped; the score does not care)."""
     dropped = cell.get("metadata", {}).get(DROPPED_KEY)
-    if not dropped or step.exercise is None:
+    if not dropped or step.exercise is None or step.kind == "reference":
         return None
     what = "your exercise cell" if step.kind == "answer" else "your code, while its check ran,"
     return (f"{step.exercise.title}: {what} printed {dropped / 2**20:.1f} MB past the {MAX_CELL_OUTPUT // 2**20} MB "
@@ -216,7 +232,7 @@ def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int,
 
     for done, step in enumerate(plan, start=1):
         kind, ex, source = step
-        if ex is not None and ex.number in outcome.broken:
+        if _skipped(step, outcome):
             continue
         try:
             cell, reason = kernel.run(source), None
@@ -224,13 +240,13 @@ def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int,
             reason = _failure(kind, isinstance(exc, CellTimeoutError), timeout, memory_mb)
         reason = kernel.over_limit() or reason  # a cap on the whole submission hit: its kernel is killed
         if reason is not None:
-            if ex is None:  # the chapter itself failed: nothing after it can be trusted
+            if ex is None or kind == "reference":  # the chapter itself failed: nothing after it can be trusted
                 for r in outcome.results.values():
                     if not r.message:
                         r.message = f"not graded: {reason}"
                 return
             outcome.broken[ex.number] = reason
-            _restart(kernel, plan[:done], outcome.broken)  # replay what stands before it
+            _restart(kernel, plan[:done], outcome)  # replay what stands before it
             continue
         note = _dropped_note(step, cell)
         if note and notes is not None:
