@@ -142,3 +142,54 @@ class StubModule(nn.Module):
 def test_stubs_are_not_written_yet(checker, stub):
     with pytest.raises(Mistake, match="not written yet"):
         checker(stub)
+
+
+def _transposed(embedding, generator):
+    generator.weight = nn.Parameter(embedding.weight.t())
+
+
+def _transposed_copy(embedding, generator):
+    generator.weight = nn.Parameter(embedding.weight.detach().t().clone())
+
+
+def _data_assigned(embedding, generator):
+    generator.weight.data = embedding.weight.data
+
+
+def _wrapped_data(embedding, generator):
+    generator.weight = nn.Parameter(embedding.weight.data)
+
+
+def _returned(embedding, generator):
+    generator.weight = embedding.weight
+    return embedding.weight
+
+
+def _tied_the_other_way(embedding, generator):
+    embedding.weight = generator.weight  # the generator keeps its own Parameter: it was never touched
+
+
+def _tied_returning_generator(embedding, generator):
+    generator.weight = embedding.weight
+    return generator
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (_transposed, "transposed"),
+    (_transposed_copy, "transposed"),
+    (_data_assigned, "separate Parameter"),
+    (_wrapped_data, "separate Parameter"),
+    (_rewrapped, "separate Parameter"),
+    (_copied, "copied instead of shared"),
+    (_cloned, "copied instead of shared"),
+    (_returned, "return nothing"),
+    (_tied_the_other_way, "left the generator untouched"),
+])
+def test_every_tie_mistake_is_named(answer, hint):
+    """Each named slip (with TFM_CHECKS_VIA_REPLAY=1, through record and replay: the identities travel as data)."""
+    fails(check_tie_weights, answer, hint)
+
+
+def test_a_tie_that_returns_the_generator_passes(capsys):
+    passes_tie = check_tie_weights(_tied_returning_generator)
+    assert passes_tie is None and "✔ check_tie_weights passed" in capsys.readouterr().out

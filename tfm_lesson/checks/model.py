@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model import Transformer, TransformerConfig, count_parameters
-from ._harness import Mistake, call, close, diagnose, expect, expect_written, learner_side, output_of, passed
+from ._harness import Mistake, call, close, diagnose, expect, expect_written, output_of, passed
 
 __all__ = ["check_scaled_embedding", "check_generator", "check_tie_weights", "check_parameter_count"]
 
@@ -99,8 +99,9 @@ def check_tie_weights(fn: Callable) -> None:
     embedding, generator = nn.Embedding(vocab_size, d_model), nn.Linear(d_model, vocab_size, bias=False)
     original, before = generator.weight, generator.weight.detach().clone()
     result = call(fn, embedding, generator, what="your tie_weights")
-    # `original` goes in by closure: the grader's copy of it is not the kernel's once the learner replaced it
-    tied = learner_side(lambda e, g, b, r: _tied(e, g, original, b, r))(embedding, generator, before, result)
+    # computed on the checker's own modules: while grading, the replay gives the grader's copies the identities the
+    # learner's code gave the kernel's (which Parameter each slot holds, which storage it shares: _replay_ties)
+    tied = _tied(embedding, generator, original, before, result)
     expect(tied["touched"], "your tie_weights is not written yet: it left the generator untouched. Make the "
            "generator use the embedding's weight: generator.weight = embedding.weight")
     expect(tied["returned"], "tie the weights in place (assign generator.weight) and return nothing; the checker "
@@ -125,8 +126,8 @@ def check_tie_weights(fn: Callable) -> None:
 
 
 def _tied(embedding: nn.Embedding, generator: nn.Linear, original: Tensor, before: Tensor, result: object) -> dict:
-    """What the learner's tie_weights made of the two modules (identity and storage are facts of the process that
-    holds them, so this runs there: :func:`._replay.learner_side`)."""
+    """What the learner's tie_weights made of the two modules: which Parameter the generator holds, on whose storage,
+    with what values, counted how often, and whether one gradient reaches it."""
     w, e = generator.weight, embedding.weight
     facts = {"touched": w is not original or not torch.equal(original.detach(), before),
              "returned": result is None or result is generator, "same": w is e, "shape": list(w.shape),
