@@ -222,6 +222,50 @@ def test_blocked_code_has_no_whole_row_reduction(answer):
     assert whole_row_reduction(answer) is None
 
 
+def _other_axes(x, block_size):  # reductions over another axis, and elementwise max: not a row
+    return x.sum(0) + x.amax(dim=-2, keepdim=True).sum() + torch.max(x, x * 2) + x.max(x.exp())
+
+
+def _matmul(x, block_size):
+    return x.exp() @ torch.ones(x.size(-1), 1)
+
+
+def _nested(x, block_size):
+    def total(t):
+        return t.sum(-1)
+    return total(x.clone())
+
+
+def _axis_computed(x, block_size):
+    last = x.dim() - 1
+    return torch.sum(torch.where(x > 0, x, 0.0), dim=last)
+
+
+def _in_a_loop(x, block_size):
+    acc = torch.zeros(x.shape[:-1])
+    for row in x:  # each item is still a whole row
+        acc = acc + row.float().amax()
+    return acc
+
+
+def _rebound(x, block_size):
+    y = x.exp()
+    y = y[..., :block_size]  # from here a block, no more a row
+    return y.sum(-1)
+
+
+@pytest.mark.parametrize("answer, found", [
+    (_other_axes, None), (_rebound, None), (_matmul, "x.exp() @ torch.ones"), (_nested, "t.sum(-1)"),
+    (_axis_computed, "torch.sum(torch.where"), (_in_a_loop, "row.float().amax()"),
+    (lambda x, b: (x - x.amax(-1, keepdim=True)).exp(), "x.amax(-1, keepdim=True)"),
+])
+def test_what_counts_as_a_whole_row_reduction(answer, found):
+    from tfm_lesson.checks._rules_rows import whole_row_reduction
+
+    got = whole_row_reduction(answer)
+    assert (got is None) if found is None else (got is not None and got[0].startswith(found)), got
+
+
 # tiled attention ----------------------------------------------------------------------------------------------------
 def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=True, rescale_acc=True,
                   per_tile=False, local_causal=False, guard=True, guard_end_only=False, inverted=False, update=True,

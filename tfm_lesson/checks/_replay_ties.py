@@ -35,7 +35,10 @@ def slots(module: nn.Module) -> list[tuple[str, Tensor]]:
 def _storage(t: Tensor) -> tuple[str, int] | None:
     if t.device.type == "meta":
         return None
-    storage = t.untyped_storage()
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # a sparse or other tensor without one storage
+        return None
     return (t.device.type, storage.data_ptr()) if storage.nbytes() else None
 
 

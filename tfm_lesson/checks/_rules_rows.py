@@ -10,7 +10,8 @@ over it (each item is still a whole row), and what the learner's own helper func
 indexing, ``split``, ``chunk``, ``unbind``, ``narrow``, ``unfold``, ``view``, ``reshape``, ``transpose`` and any
 other call cut it into pieces (or may): what comes out is not followed. A reduction (``max``, ``amax``, ``sum``,
 ``mean``, ``logsumexp``, ``norm``, ``cumsum``, ..., as a method or as ``torch.sum(...)``, and ``@``) applied to a
-whole row is the finding. The analysis follows assignments in order, joins the two arms of an ``if``, goes round
+whole row, along it (over every axis, over ``-1``, or over an axis computed, such as ``x.dim() - 1``; not over another
+axis written as a number), is the finding. The analysis follows assignments in order, joins the two arms of an ``if``, goes round
 a loop twice, and follows calls to the learner's own functions (three levels deep) with the arguments that hold
 a whole row.
 
@@ -44,8 +45,8 @@ KEEP = {"exp", "exp_", "exp2", "expm1", "log", "log_", "log2", "log10", "log1p",
         "sigmoid", "tanh", "relu", "sign", "reciprocal", "float", "double", "half", "bfloat16", "to", "type",
         "type_as", "clone", "detach", "detach_", "contiguous", "cpu", "cuda", "requires_grad_", "expand_as",
         "isinf", "isnan", "isfinite", "isneginf", "isposinf", "eq", "ne", "gt", "ge", "lt", "le", "logical_not",
-        "logical_and", "logical_or", "cat", "concat", "concatenate", "stack", "copy_", "as_tensor", "tensor",
-        "rsub", "exp2_", "nan_to_num", "broadcast_to"}
+        "logical_and", "logical_or", "cat", "concat", "concatenate", "copy_", "as_tensor", "tensor",
+        "rsub", "broadcast_to"}
 _CARRY = {"zip", "enumerate", "list", "tuple", "reversed", "iter", "next", "sorted"}  # builtins that hand items on
 _DEPTH = 3
 
@@ -329,16 +330,33 @@ def _is_int(node: ast.AST, ints: set[str]) -> bool:
 
 
 def _reduces(name: str, args: list[ast.expr], keywords: list[ast.keyword], frame: _Frame) -> bool:
-    """Whether ``name(row, *args, **keywords)`` reduces: ``max`` and ``min`` of two tensors are elementwise."""
-    if name not in ("max", "min") or any(k.arg == "dim" for k in keywords) or not args:
-        return True
-    return _is_int(args[0], frame.ints)
+    """Whether ``name(row, *args, **keywords)`` reduces along the row: over every axis, the last (``-1``) or one it
+    cannot tell; not over another axis written as a number (``sum(0)``: the watch lets that pass too). ``max`` and
+    ``min`` of two tensors are elementwise."""
+    dim = next((k.value for k in keywords if k.arg in ("dim", "axis")), None)
+    at = 1 if name in ("norm", "vector_norm") else 0  # norm(p, dim)
+    if dim is None and len(args) > at:
+        dim = args[at]
+        if name in ("max", "min") and not _is_int(dim, frame.ints):
+            return False  # max(other): elementwise
+    if dim is None or not _is_int(dim, set()):
+        return True  # every axis, or an axis computed (x.dim() - 1)
+    dims = dim.elts if isinstance(dim, (ast.Tuple, ast.List)) else [dim]
+    return any(not isinstance(d, (ast.Constant, ast.UnaryOp)) or _literal(d) == -1 for d in dims)
+
+
+def _literal(node: ast.AST) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        return -node.operand.value if type(node.operand.value) is int else None
+    return None
 
 
 def _keeps_row(index: ast.AST) -> bool:
-    """Whether indexing with ``index`` keeps every column: ``[...]``, ``[:]``, ``[..., None]``."""
+    """Whether indexing with ``index`` keeps every axis as it was: ``[...]``, ``[:]``, ``[:, :]``."""
     parts = index.elts if isinstance(index, ast.Tuple) else [index]
-    return all(isinstance(p, ast.Constant) and p.value in (Ellipsis, None) or
+    return all(isinstance(p, ast.Constant) and p.value is Ellipsis or
                isinstance(p, ast.Slice) and p.lower is None and p.upper is None and p.step is None for p in parts)
 
 
