@@ -110,7 +110,10 @@ def describe(number: int, module: nn.Module, known: Known, register: bool) -> li
             view = [first, list(t.shape), list(t.stride()), t.storage_offset() - start]
         if j is None:
             if register:
-                known.add(t)
+                key = _storage(t)
+                new = known.add(t)
+                if key is not None:
+                    storages.setdefault(key, []).append(new)
             out.append([path, None, view, bool(t.requires_grad)])
         elif j != known.origin.get((number, path)) or view is not None:
             out.append([path, j, view, bool(t.requires_grad)])
