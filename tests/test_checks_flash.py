@@ -121,6 +121,151 @@ def test_online_softmax_blocks_viewed_at_once_pass(capsys):
     assert "✔ check_online_softmax passed" in capsys.readouterr().out
 
 
+def chapter_solution(x, block_size):  # chapter 18's reference solution, as its notebook has it
+    m = torch.full(x.shape[:-1], float("-inf"))  # running maximum per row
+    d = torch.zeros(x.shape[:-1])  # running sum of exp(x - m) per row
+    for start in range(0, x.size(-1), block_size):
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new)  # a row of -inf so far: subtract 0
+        d = d * torch.exp(m - shift) + torch.exp(block - shift[..., None]).sum(dim=-1)  # rescale, then add
+        m = m_new
+    shift = torch.where(m == float("-inf"), 0.0, m)
+    return torch.where(d[..., None] > 0, torch.exp(x - shift[..., None]) / d[..., None], 0.0)
+
+
+def _final_pass(x, m, d):  # the one pass that may touch the whole row
+    shift = torch.where(m == float("-inf"), 0.0, m)
+    return torch.where(d[..., None] > 0, (x - shift[..., None]).exp() / d[..., None], 0.0)
+
+
+def _block_update(block, m, d):  # a learner's helper, handed one block
+    m_new = torch.maximum(m, block.max(dim=-1).values)
+    shift = torch.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new, d * torch.exp(m - shift) + torch.sum(torch.exp(block - shift.unsqueeze(-1)), dim=-1)
+
+
+def by_split(x, block_size):
+    m, d = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype), torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for block in x.split(block_size, dim=-1):
+        m, d = _block_update(block, m, d)
+    return _final_pass(x, m, d)
+
+
+def by_chunk(x, block_size):
+    y = x.double()
+    m, d = torch.full(x.shape[:-1], float("-inf"), dtype=y.dtype), torch.zeros(x.shape[:-1], dtype=y.dtype)
+    for block in torch.chunk(y, math.ceil(x.size(-1) / block_size), dim=-1):
+        m, d = _block_update(block, m, d)
+    return _final_pass(y, m, d).to(x.dtype)
+
+
+def by_unfold(x, block_size):
+    pad = -x.size(-1) % block_size
+    padded = torch.nn.functional.pad(x, (0, pad), value=float("-inf"))
+    blocks = padded.unfold(-1, block_size, block_size)  # (..., blocks, block_size)
+    m, d = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype), torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for i in range(blocks.size(-2)):
+        m, d = _block_update(blocks[..., i, :], m, d)
+    return _final_pass(x, m, d)
+
+
+@pytest.mark.parametrize("answer", [chapter_solution, by_split, by_chunk, by_unfold])
+def test_online_softmax_blocked_styles_pass(answer, capsys):
+    """A loop over slices, split, chunk, unfold, a helper handed one block: each max and sum covers one block."""
+    check_online_softmax(answer)
+    assert "✔ check_online_softmax passed" in capsys.readouterr().out
+
+
+def max_then_sum(x, block_size):
+    m = x.max(-1).values
+    shift = torch.where(m == float("-inf"), 0.0, m)[..., None]
+    d = (x - shift).exp().sum(-1, keepdim=True)
+    return torch.where(d > 0, (x - shift).exp() / d, 0.0)
+
+
+def through_an_alias(x, block_size):
+    y = x * 1.0
+    m = torch.amax(y, dim=-1, keepdim=True)
+    e = torch.exp(y - torch.where(m == float("-inf"), 0.0, m))
+    d = torch.sum(e, dim=-1, keepdim=True)
+    return torch.where(d > 0, e / d, 0.0)
+
+
+def _row_stats(t):  # a learner's helper, handed the whole row
+    m = t.amax(dim=-1, keepdim=True)
+    m = torch.where(m == float("-inf"), 0.0, m)
+    return m, torch.exp(t - m).sum(dim=-1, keepdim=True)
+
+
+def with_a_helper(x, block_size):
+    m, d = _row_stats(x)
+    return torch.where(d > 0, torch.exp(x - m) / d, 0.0)
+
+
+@pytest.mark.parametrize("answer", [whole_row, two_passes, max_then_sum, through_an_alias, with_a_helper])
+def test_a_whole_row_reduction_is_seen_in_the_code(answer):
+    """What the grader decides by (the watch runs in the learner's kernel): read from the code, a reduction of x, or
+    of what is computed from all of x, through the learner's own helpers too."""
+    from tfm_lesson.checks._rules_rows import whole_row_reduction
+
+    code, place = whole_row_reduction(answer)
+    assert "line" in place and ("max" in code or "sum" in code), (code, place)
+    with pytest.raises(Mistake, match="NOT BLOCKED"):
+        check_online_softmax(answer)
+
+
+@pytest.mark.parametrize("answer", [chapter_solution, by_split, by_chunk, by_unfold, learner_softmax])
+def test_blocked_code_has_no_whole_row_reduction(answer):
+    from tfm_lesson.checks._rules_rows import whole_row_reduction
+
+    assert whole_row_reduction(answer) is None
+
+
+def _other_axes(x, block_size):  # reductions over another axis, and elementwise max: not a row
+    return x.sum(0) + x.amax(dim=-2, keepdim=True).sum() + torch.max(x, x * 2) + x.max(x.exp())
+
+
+def _matmul(x, block_size):
+    return x.exp() @ torch.ones(x.size(-1), 1)
+
+
+def _nested(x, block_size):
+    def total(t):
+        return t.sum(-1)
+    return total(x.clone())
+
+
+def _axis_computed(x, block_size):
+    last = x.dim() - 1
+    return torch.sum(torch.where(x > 0, x, 0.0), dim=last)
+
+
+def _in_a_loop(x, block_size):
+    acc = torch.zeros(x.shape[:-1])
+    for row in x:  # each item is still a whole row
+        acc = acc + row.float().amax()
+    return acc
+
+
+def _rebound(x, block_size):
+    y = x.exp()
+    y = y[..., :block_size]  # from here a block, no more a row
+    return y.sum(-1)
+
+
+@pytest.mark.parametrize("answer, found", [
+    (_other_axes, None), (_rebound, None), (_matmul, "x.exp() @ torch.ones"), (_nested, "t.sum(-1)"),
+    (_axis_computed, "torch.sum(torch.where"), (_in_a_loop, "row.float().amax()"),
+    (lambda x, b: (x - x.amax(-1, keepdim=True)).exp(), "x.amax(-1, keepdim=True)"),
+])
+def test_what_counts_as_a_whole_row_reduction(answer, found):
+    from tfm_lesson.checks._rules_rows import whole_row_reduction
+
+    got = whole_row_reduction(answer)
+    assert (got is None) if found is None else (got is not None and got[0].startswith(found)), got
+
+
 # tiled attention ----------------------------------------------------------------------------------------------------
 def learner_tiled(q, k, v, block_size, causal=False, mask=None, *, rescale_sum=True, rescale_acc=True,
                   per_tile=False, local_causal=False, guard=True, guard_end_only=False, inverted=False, update=True,

@@ -162,3 +162,78 @@ class StubModule(nn.Module):
 def test_stubs_are_not_written_yet(checker, stub):
     with pytest.raises(Mistake, match="not written yet"):
         checker(stub)
+
+
+def _transposed(embedding, generator):
+    generator.weight = nn.Parameter(embedding.weight.t())
+
+
+def _transposed_copy(embedding, generator):
+    generator.weight = nn.Parameter(embedding.weight.detach().t().clone())
+
+
+def _data_assigned(embedding, generator):
+    generator.weight.data = embedding.weight.data
+
+
+def _wrapped_data(embedding, generator):
+    generator.weight = nn.Parameter(embedding.weight.data)
+
+
+def _returned(embedding, generator):
+    generator.weight = embedding.weight
+    return embedding.weight
+
+
+def _tied_the_other_way(embedding, generator):
+    embedding.weight = generator.weight  # one Parameter shared: the generator's (a tie as good as the usual one)
+
+
+def _tied_but_frozen(embedding, generator):
+    generator.weight = embedding.weight
+    frozen = embedding.weight.detach().clone()
+    generator.forward = lambda x: torch.nn.functional.linear(x, frozen)  # computes with a copy after all
+
+
+def _tied_but_detached(embedding, generator):
+    generator.weight = embedding.weight
+    generator.forward = lambda x: torch.nn.functional.linear(x, generator.weight.detach())
+
+
+def _tied_but_scaled(embedding, generator):
+    generator.weight = embedding.weight
+    generator.forward = lambda x: torch.nn.functional.linear(x, generator.weight * 0)
+
+
+def _tied_returning_generator(embedding, generator):
+    generator.weight = embedding.weight
+    return generator
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (_transposed, "transposed"),
+    (_transposed_copy, "transposed"),
+    (_data_assigned, "separate Parameter"),
+    (_wrapped_data, "separate Parameter"),
+    (_rewrapped, "separate Parameter"),
+    (_copied, "copied instead of shared"),
+    (_cloned, "copied instead of shared"),
+    (_returned, "return nothing"),
+    (_tied_but_frozen, "gradient reaching it"),
+    (_tied_but_detached, "gradient reaching it"),
+    (_tied_but_scaled, "does not compute with it"),
+])
+def test_every_tie_mistake_is_named(answer, hint):
+    """Each named slip (with TFM_CHECKS_VIA_REPLAY=1, through record and replay: the identities travel as data)."""
+    fails(check_tie_weights, answer, hint)
+
+
+def test_a_tie_that_returns_the_generator_passes(capsys):
+    passes_tie = check_tie_weights(_tied_returning_generator)
+    assert passes_tie is None and "✔ check_tie_weights passed" in capsys.readouterr().out
+
+
+def test_a_tie_the_other_way_round_passes(capsys):
+    """embedding.weight = generator.weight shares one Parameter too (a hostile class found it refused)."""
+    check_tie_weights(_tied_the_other_way)
+    assert "✔ check_tie_weights passed" in capsys.readouterr().out

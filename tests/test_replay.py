@@ -241,3 +241,117 @@ def test_a_linked_submission_is_refused_and_a_deep_scratch_folder_is_removed(tmp
     os.close(fd)
     grading._remove(str(deep))
     assert not deep.exists()
+
+
+def _forge_learner_side(monkeypatch, answer):
+    """The kernel's recorder patched (as student code could patch it) so that every ``learner_side`` result it
+    records is ``answer``, whatever the checker's own code would have computed there."""
+    real = _replay._Recorder.side
+    monkeypatch.setattr(_replay._Recorder, "side",
+                        lambda self, fn, args, kwargs: real(self, lambda *a, **k: answer, args, kwargs))
+
+
+def test_a_forged_learner_side_does_not_tie_an_untied_generator(tmp_path, monkeypatch):
+    """Weight tying is read from the record's identities among the checker's own modules, in the grader: facts that
+    the kernel claims (same Parameter, one gradient) are not asked of it."""
+    def tie_weights(embedding, generator):
+        pass  # nothing tied
+
+    _forge_learner_side(monkeypatch, {"touched": True, "returned": True, "same": True, "shape": [11, 8],
+                                      "storage": True, "close": True, "counted": 88, "gradient": True})
+    ok, message = _replay.replay(checks.check_tie_weights, _record(checks.check_tie_weights, [tie_weights], tmp_path),
+                                 {})
+    assert not ok and "not written yet" in message, message
+
+
+_NAIVE_SOFTMAX = {
+    "two passes": "def my_online_softmax(x, block_size):\n"
+                  "    m = x.max(dim=-1, keepdim=True).values\n"
+                  "    e = (x - torch.where(m == float('-inf'), 0.0, m)).exp()\n"
+                  "    d = e.sum(dim=-1, keepdim=True)\n"
+                  "    return torch.where(d > 0, e / d, 0.0)\n",
+    "an alias": "def my_online_softmax(x, block_size):\n"
+                "    y = x * 1.0\n"
+                "    m = torch.where(torch.amax(y, -1, keepdim=True) == float('-inf'), 0.0, torch.amax(y, -1, True))\n"
+                "    d = torch.sum((y - m).exp(), dim=-1, keepdim=True)\n"
+                "    return torch.where(d > 0, (y - m).exp() / d, 0.0)\n",
+    "a helper": "def stats(t):\n"
+                "    m = t.float().amax(-1, keepdim=True)\n"
+                "    m = torch.where(m == float('-inf'), 0.0, m)\n"
+                "    return m, (t - m).exp().sum(-1, keepdim=True)\n" + CELL_SEPARATOR +
+                "def my_online_softmax(x, block_size):\n"
+                "    m, d = stats(x)\n"
+                "    return torch.where(d > 0, (x - m).exp() / d, 0.0).to(x.dtype)\n",
+}
+_BLOCKED_SOFTMAX = {
+    "chapter 18's solution": "def my_online_softmax(x, block_size):\n"
+        "    m = torch.full(x.shape[:-1], float('-inf'))\n"
+        "    d = torch.zeros(x.shape[:-1])\n"
+        "    for start in range(0, x.size(-1), block_size):\n"
+        "        block = x[..., start:start + block_size]\n"
+        "        m_new = torch.maximum(m, block.amax(dim=-1))\n"
+        "        shift = torch.where(m_new == float('-inf'), 0.0, m_new)\n"
+        "        d = d * torch.exp(m - shift) + torch.exp(block - shift[..., None]).sum(dim=-1)\n"
+        "        m = m_new\n"
+        "    shift = torch.where(m == float('-inf'), 0.0, m)\n"
+        "    return torch.where(d[..., None] > 0, torch.exp(x - shift[..., None]) / d[..., None], 0.0)\n",
+    "split and a helper": "def step(block, m, d):\n"
+        "    m_new = torch.max(m, torch.max(block, dim=-1).values)\n"
+        "    shift = torch.where(m_new == float('-inf'), 0.0, m_new)\n"
+        "    return m_new, d * (m - shift).exp() + (block - shift[..., None]).exp().sum(-1)\n" + CELL_SEPARATOR +
+        "def my_online_softmax(x, block_size):\n"
+        "    m = torch.full(x.shape[:-1], float('-inf'), dtype=x.dtype)\n"
+        "    d = torch.zeros_like(m)\n"
+        "    for block in x.split(block_size, -1):\n"
+        "        m, d = step(block, m, d)\n"
+        "    shift = torch.where(m == float('-inf'), 0.0, m)[..., None]\n"
+        "    return torch.where(d[..., None] > 0, (x - shift).exp() / d[..., None], 0.0)\n",
+}
+
+
+@pytest.mark.parametrize("style", [*_NAIVE_SOFTMAX, *_BLOCKED_SOFTMAX])
+def test_a_forged_learner_side_does_not_block_a_whole_row_softmax(style, tmp_path, monkeypatch):
+    """The online softmax's "no reduction spans a whole row" is read from the extracted code in the grader: a
+    kernel whose watch reports a narrow reduction does not pass a whole-row softmax (through a helper of the same
+    answer too), and blocked code passes."""
+    code = "import torch\n" + CELL_SEPARATOR + {**_NAIVE_SOFTMAX, **_BLOCKED_SOFTMAX}[style]
+    namespace: dict = {}
+    for cell in code.split(CELL_SEPARATOR):
+        exec(compile(cell, f"<cell {style}>", "exec"), namespace)
+    _forge_learner_side(monkeypatch, 3)
+    trace = _record(checks.check_online_softmax, [namespace["my_online_softmax"]], tmp_path)
+    ok, message = _replay.replay(checks.check_online_softmax, trace, {}, code, ["my_online_softmax"])
+    if style in _NAIVE_SOFTMAX:
+        assert not ok and message.startswith("NOT BLOCKED: your function computes `") and "line" in message, message
+    else:
+        assert ok, message
+
+
+def test_identity_among_the_checkers_modules_travels_as_data(tmp_path):
+    """The record says which known tensor each slot of the checker's modules holds, or whose storage it shares; the
+    replay makes the grader's own modules alias and share alike."""
+    def tie_weights(embedding, generator):
+        generator.weight = embedding.weight
+
+    def on_the_same_storage(embedding, generator):
+        generator.weight.data = embedding.weight.data
+
+    def handed_back_transposed(embedding, generator):
+        generator.weight = nn.Parameter(embedding.weight.t())
+
+    states = {}
+    for answer in (tie_weights, on_the_same_storage, handed_back_transposed):
+        trace = _record(checks.check_tie_weights, [answer], tmp_path)
+        call = next(e for e in trace["entries"] if e["op"] == "call")
+        states[answer.__name__] = {i: s["ties"] for i, s in call["state"]}
+    assert states["tie_weights"] == {1: [["weight", 0, None, True]]}  # the generator holds the embedding's weight
+    assert states["on_the_same_storage"] == {1: [["weight", 1, [0, [11, 8], [8, 1], 0], True]]}
+    assert states["handed_back_transposed"] == {1: [["weight", None, [0, [8, 11], [1, 8], 0], True]]}
+    trace = _record(checks.check_tie_weights, [tie_weights], tmp_path)
+    call = next(e for e in trace["entries"] if e["op"] == "call")
+    for forged, why in (([["weight", 7, None, True]], "never handed over"),
+                        ([["weight", None, [0, [99, 8], [8, 1], 0], True]], "does not fit"),
+                        ([["weight", 0, None]], "must be")):
+        call["state"] = [[1, dict(call["state"][0][1], ties=forged)]]
+        ok, message = _replay.replay(checks.check_tie_weights, trace, {})
+        assert not ok and why in message, (why, message)

@@ -8,8 +8,9 @@ is. To grade, it runs twice, with the learner's objects standing behind *handles
    behind a handle. Every operation the checker performs on a handle (call it, read or set an attribute, iterate,
    ``with``, copy, ask its signature) really happens, and its result is written to a *trace* as plain data
    (:mod:`._wire`: tensors as bytes, no pickle), with a fingerprint of its inputs, what it did to the checker's
-   own objects it was handed (a tensor or a module changed in place, an optimizer stepped) and to the random
-   number generator. Results that are not plain data (a module the learner built) become handles in turn.
+   own objects it was handed (a tensor or a module changed in place, which tensor each slot of a module holds and
+   whose storage it shares, :mod:`._replay_ties`; an optimizer stepped) and to the random number generator.
+   Results that are not plain data (a module the learner built) become handles in turn.
 2. **Replay**, in the grader's own process: :func:`replay` runs the *same* checker with handles that perform
    nothing and answer every operation from the trace (after checking it is the operation, on the same handle,
    with the same inputs). The comparison, the naming of mistakes and the verdict all happen here. The kernel
@@ -20,7 +21,8 @@ What a checker must keep to (the sweep in ``tests/test_replay.py`` holds every e
 learner's work only through operations on the handles it was given; the rest of its work is deterministic
 (seeded); and where it needs something the learner's objects do *to the checker's own objects while the checker
 is running them* (a hook the learner registered on the checker's module, gradients flowing back through the
-learner's output, a peak of memory), it computes it inside :func:`learner_side`, whose result is recorded whole.
+learner's output, a peak of memory), it computes it inside :func:`learner_side`, whose result is recorded whole:
+the kernel's word, so what decides a pass with no output to check is also ruled on here (a source rule).
 Source rules (``checks/_rules.py``) read the source the grader extracted, not the kernel.
 """
 from __future__ import annotations

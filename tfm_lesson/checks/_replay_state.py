@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ._mistake import learner_lines
+from ._replay_ties import Known, apply_ties, describe
 from ._wire import WireError, _import, digest, encode, importable_name
 
 __all__ = ["Divergence", "Owned", "exception_to", "exception_from", "snapshot_globals", "restore_globals", "_perform"]
@@ -59,6 +60,7 @@ class Owned:
         self.seen: list[str] = []
         self.encoder: Callable[[Any], Any] = lambda v: encode(v, _no_handle)
         self.is_handle: Callable[[Any], bool] = lambda v: False  # the learner's objects are not the checker's
+        self.known = Known()  # their tensors, for identity and shared storage (:mod:`._replay_ties`)
 
     def index_of(self, obj: Any) -> int | None:
         return self.where.get(id(obj)) if _kept(obj) else None
@@ -74,6 +76,7 @@ class Owned:
         if _kept(value) and id(value) not in self.where:
             self.where[id(value)] = len(self.objects)
             self.objects.append(value)
+            self.known.register(len(self.objects) - 1, value)
             self.seen.append(self.fingerprint(value))
         if type(value) in (tuple, list):
             for v in value:
@@ -95,6 +98,7 @@ class Owned:
             for name, p in obj.named_parameters():
                 h.update(name.encode())
                 _tensor_bytes(h, p.grad)
+            h.update(repr(describe(self.where[id(obj)], obj, self.known, register=False)).encode())
         elif isinstance(obj, torch.Generator):
             _tensor_bytes(h, obj.get_state())
         elif isinstance(obj, torch.optim.Optimizer):
@@ -107,14 +111,14 @@ class Owned:
             h.update(digest(obj, _by_identity).encode())
         return h.hexdigest()
 
-    def state(self, obj: Any) -> Any:
-        """What ``obj`` holds now, as data."""
+    def state(self, obj: Any, number: int) -> Any:
+        """What ``obj`` (the checker's object ``number``) holds now, as data."""
         if isinstance(obj, Tensor):
             return encode(obj, _no_handle)
         if isinstance(obj, nn.Module):
             return {"sd": encode(dict(obj.state_dict()), _no_handle),
                     "grads": encode({n: p.grad for n, p in obj.named_parameters()}, _no_handle),
-                    "attributes": _plain_attributes(obj)}
+                    "attributes": _plain_attributes(obj), "ties": describe(number, obj, self.known, register=True)}
         if isinstance(obj, torch.optim.Optimizer):
             return encode(obj.state_dict(), _no_handle)
         if isinstance(obj, torch.Generator):
@@ -134,8 +138,8 @@ class Owned:
         for i, obj in enumerate(self.objects):
             now = self.fingerprint(obj)
             if now != self.seen[i]:
-                self.seen[i] = now
-                out.append([i, self.state(obj)])
+                out.append([i, self.state(obj, i)])
+                self.seen[i] = self.fingerprint(obj)  # the new tensors it holds are known now
         return out
 
     def apply(self, changes: Any, decode: Callable[[Any], Any]) -> None:
@@ -146,7 +150,7 @@ class Owned:
             if not (isinstance(item, list) and len(item) == 2):
                 raise WireError("a change must be [object, state]")
             obj = self.get(item[0])
-            _apply(obj, item[1], decode)
+            _apply(obj, item[1], decode, self.known)
             self.seen[item[0]] = self.fingerprint(obj)
 
 
@@ -173,7 +177,7 @@ def _load_state(module: nn.Module, state: Any) -> None:
             owner._buffers[name] = value.detach()
 
 
-def _apply(obj: Any, state: Any, decode: Callable[[Any], Any]) -> None:
+def _apply(obj: Any, state: Any, decode: Callable[[Any], Any], known: Known) -> None:
     if isinstance(obj, Tensor):
         new = decode(state)
         if not isinstance(new, Tensor):
@@ -188,6 +192,7 @@ def _apply(obj: Any, state: Any, decode: Callable[[Any], Any]) -> None:
     elif isinstance(obj, nn.Module):
         if not isinstance(state, dict):
             raise WireError("a module's new state must be a dict")
+        apply_ties(obj, state.get("ties", []), known)  # which tensor each slot holds, then their values
         _load_state(obj, decode(state.get("sd")))
         grads = decode(state.get("grads")) or {}
         for name, p in obj.named_parameters():

@@ -12,7 +12,8 @@ Each classic mistake is recomputed (:mod:`._flash_slips`) and named when the lea
 package's own ``flash_attention`` / ``online_softmax`` (and PyTorch's SDPA) are refused, under any name: the
 exercises say "write it yourself". The online softmax may not call PyTorch's softmax, log_softmax or logsumexp
 either, and must read its rows in blocks: watched under a ``TorchDispatchMode``, no max or sum it computes may
-span a whole row (:func:`_widest_reduction`). The tiled exercise must stay below the full score matrix's memory,
+span a whole row (:func:`_widest_reduction`), nor, read from its code, may any reduction apply to the whole row
+(:mod:`._rules_rows`, what the grader decides by). The tiled exercise must stay below the full score matrix's memory,
 measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ._flash_slips import (NAN_QUERY, NAN_ROW, ONLINE_SLIPS, TILED_SLIPS, causal
                            online, reference_attention, reference_softmax, tiled)
 from ._harness import Mistake, call, close, expect, learner_side, output_of, passed
 from ._rules import forbid_names, forbid_objects
+from ._rules_rows import whole_row_reduction
 
 __all__ = ["check_online_softmax", "check_tiled_attention", "check_arithmetic_intensity"]
 
@@ -39,10 +41,13 @@ FORBIDDEN_WHY = ("The exercise asks you to write the tiles yourself; the package
 
 SOFTMAX_WHY = ("The exercise asks you to compute the softmax yourself, block by block, with a running maximum and a "
                "running sum; PyTorch's softmax, log_softmax or logsumexp would do the work, over the whole row at once.")
+BLOCKS_WHY = ("the exercise reads each row in blocks of block_size columns, so every max and sum covers one block, and "
+              "the running m and d carry what the earlier blocks saw (only the final pass, exp(x - m) / d, touches the "
+              "whole row)")
 NOT_BLOCKED = ("NOT BLOCKED: on rows of {length} with block_size={block} your function computed a max or a sum over "
-               "{widest} numbers at once, a whole row (or more): the exercise reads each row in blocks of block_size "
-               "columns, so every max and sum covers one block, and the running m and d carry what the earlier blocks "
-               "saw (only the final pass, exp(x - m) / d, touches the whole row)")
+               "{widest} numbers at once, a whole row (or more): " + BLOCKS_WHY)
+NOT_BLOCKED_CODE = ("NOT BLOCKED: your function computes `{code}` in {place}, a max or a sum over whole rows of x (x "
+                    "itself, or a tensor computed from all of it, not from one block of its columns): " + BLOCKS_WHY)
 
 
 def _forbid_package(fn: Callable, what: str) -> None:
@@ -97,11 +102,16 @@ def _widest_reduction(fn: Callable, *args) -> int:
 
 
 def _check_blocked(fn: Callable, gen: torch.Generator) -> None:
-    """Right numbers from a whole-row max and sum are not the exercise: no reduction may span a row."""
+    """Right numbers from a whole-row max and sum are not the exercise: no reduction may span a row. Watched as the
+    function runs (where it runs: the submission's kernel, while grading), then read from its code (by the grader,
+    from the code it extracted: :mod:`._rules_rows`), so a kernel that answers for the watch does not decide."""
     x, block = torch.randn(2, 3, 20, generator=gen), 4
     widest = call(learner_side(_widest_reduction), fn, x, block,
                   what=f"your function(x of shape {tuple(x.shape)}, block_size={block})")
     expect(widest < x.size(-1), NOT_BLOCKED.format(length=x.size(-1), block=block, widest=widest))
+    found = whole_row_reduction(fn)
+    if found is not None:
+        raise Mistake(NOT_BLOCKED_CODE.format(code=found[0], place=found[1]))
 
 
 def _softmax_cases(gen: torch.Generator) -> list[tuple[Tensor, int]]:

@@ -102,9 +102,11 @@ def check_tie_weights(fn: Callable) -> None:
     vocab_size, d_model = 11, 8
     embedding, generator = nn.Embedding(vocab_size, d_model), nn.Linear(d_model, vocab_size, bias=False)
     original, before = generator.weight, generator.weight.detach().clone()
+    table = embedding.weight  # tying the other way round (embedding.weight = generator.weight) is a tie too
     result = call(fn, embedding, generator, what="your tie_weights")
-    # `original` goes in by closure: the grader's copy of it is not the kernel's once the learner replaced it
-    tied = learner_side(lambda e, g, b, r: _tied(e, g, original, b, r))(embedding, generator, before, result)
+    # computed on the checker's own modules: while grading, the replay gives the grader's copies the identities the
+    # learner's code gave the kernel's (which Parameter each slot holds, which storage it shares: _replay_ties)
+    tied = _tied(embedding, generator, original, before, result, table)
     expect(tied["touched"], "your tie_weights is not written yet: it left the generator untouched. Make the "
            "generator use the embedding's weight: generator.weight = embedding.weight")
     expect(tied["returned"], "tie the weights in place (assign generator.weight) and return nothing; the checker "
@@ -112,6 +114,7 @@ def check_tie_weights(fn: Callable) -> None:
     if tied["same"]:
         expect(tied["counted"] == vocab_size * d_model, "a tied matrix should be counted once")
         expect(tied["gradient"], "no gradient reached the shared weight")
+        _computes_with_the_tie(embedding, generator, vocab_size)
         passed("check_tie_weights", "generator.weight is embedding.weight: one Parameter, one gradient, counted once")
         return
     if tuple(tied["shape"]) == (d_model, vocab_size):
@@ -128,11 +131,12 @@ def check_tie_weights(fn: Callable) -> None:
     raise Mistake("the generator's weight is not the embedding's: assign generator.weight = embedding.weight")
 
 
-def _tied(embedding: nn.Embedding, generator: nn.Linear, original: Tensor, before: Tensor, result: object) -> dict:
-    """What the learner's tie_weights made of the two modules (identity and storage are facts of the process that
-    holds them, so this runs there: :func:`._replay.learner_side`)."""
+def _tied(embedding: nn.Embedding, generator: nn.Linear, original: Tensor, before: Tensor, result: object,
+          table: Tensor) -> dict:
+    """What the learner's tie_weights made of the two modules: which Parameter the generator holds, on whose storage,
+    with what values, counted how often, and whether one gradient reaches it."""
     w, e = generator.weight, embedding.weight
-    facts = {"touched": w is not original or not torch.equal(original.detach(), before),
+    facts = {"touched": w is not original or e is not table or not torch.equal(original.detach(), before),
              "returned": result is None or result is generator, "same": w is e, "shape": list(w.shape),
              "storage": w.data_ptr() == e.data_ptr(), "close": close(w.detach(), e.detach()) if w.shape == e.shape
              else False, "counted": 0, "gradient": False}
@@ -141,6 +145,35 @@ def _tied(embedding: nn.Embedding, generator: nn.Linear, original: Tensor, befor
         generator(embedding(torch.tensor([[1, 2]]))).logsumexp(-1).sum().backward()
         facts["gradient"] = e.grad is not None
     return facts
+
+
+def _computes_with_the_tie(embedding: nn.Embedding, generator: nn.Linear, vocab_size: int) -> None:
+    """The modules as the learner's code left them compute what one shared matrix computes: the output and the
+    gradient reaching the shared weight, run where the learner's code lives and compared here with the same
+    computation on the shared matrix's values (a tie that the generator's forward then bypasses, with a frozen copy,
+    a detached or a scaled weight, fails)."""
+    tokens = torch.randint(0, vocab_size, (2, 5))
+    out, grad = learner_side(_run_tied)(embedding, generator, tokens)
+    shared = embedding.weight.detach().clone().requires_grad_()
+    want = torch.nn.functional.linear(torch.nn.functional.embedding(tokens, shared), shared)  # (2, 5, vocab_size)
+    want.logsumexp(-1).sum().backward()
+    expect(isinstance(out, Tensor) and out.shape == want.shape and close(out, want.detach(), atol=1e-5),
+           "generator.weight is embedding.weight, but the generator does not compute with it: its output is not "
+           "x @ embedding.weight^T. Is its forward replaced, or the weight detached, copied or scaled inside it?")
+    expect(isinstance(grad, Tensor) and grad.shape == shared.shape and close(grad, shared.grad, atol=1e-5),
+           "generator.weight is embedding.weight, but the gradient reaching it is not the sum of both uses (the "
+           "embedding's rows and the generator's projection): is the weight detached or copied on the way?")
+
+
+def _run_tied(embedding: nn.Embedding, generator: nn.Linear, tokens: Tensor) -> tuple[Tensor, Tensor | None]:
+    """The output of ``generator(embedding(tokens))`` and the gradient it sends to the embedding's weight (run where
+    the modules the learner's code changed live: :func:`._replay.learner_side`)."""
+    embedding.zero_grad()
+    generator.zero_grad()
+    out = generator(embedding(tokens))  # (batch, len, vocab_size)
+    out.logsumexp(-1).sum().backward()
+    grad = embedding.weight.grad
+    return out.detach(), None if grad is None else grad.detach().clone()
 
 
 # the parameter count ----------------------------------------------------------------------------------------------
