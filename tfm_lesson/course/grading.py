@@ -55,11 +55,11 @@ from typing import Any, Callable, NamedTuple
 from .. import checks
 from .cells import CourseError, is_setup_cell
 from .exercises import Exercise, chapter_definitions, chapter_sources, exercises
-from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Kernel, KernelGroup, cell_error,
-                             check_kernel, kernel_spec)
+from .grading_kernel import DEFAULT_MEMORY_MB, Kernel, KernelGroup, cell_error, check_kernel, kernel_spec
 from .quiz_hand_in import chapter_quiz, quiz_item
-from .grading_report import (GradeBook, Graded, Result, check_outputs, feedback_page, page_names, write_csv,
-                             write_page)
+from .probe import run_probe
+from .grading_report import (GradeBook, Graded, Result, check_outputs, dropped_note, feedback_page, page_names,
+                             write_csv, write_page)
 from .sandbox_container import choose_or_say
 from .sandbox_limits import Limits, ScratchDisk, describe
 from .submission import MAX_BYTES, answers, quiz_of, read_submission
@@ -143,13 +143,18 @@ class _Outcome:
     answer_errors: dict[int, list[str]] = field(default_factory=dict)
     broken: dict[int, str] = field(default_factory=dict)  # exercises whose answer hung or killed the kernel
     code: list[str] = field(default_factory=list)  # what ran before each check, for the source rules
+    trusted: list[str] = field(default_factory=list)  # the chapter's own cells run so far, for a probe
+    probe: Callable[[Exercise, list[str]], tuple[str, float] | None] | None = None  # .probe.run_probe, bound
 
     def record(self, step: Step, cell: Any) -> None:
         """Note an answer cell's error; after a check, replay the checker from the kernel's record in this process
-        (:mod:`tfm_lesson.course.verdicts`): the verdict is computed here, never read from the kernel."""
+        (:mod:`tfm_lesson.course.verdicts`): the verdict is computed here, never read from the kernel; a pass of an
+        exercise with a probe (:mod:`.probe`) stands only if the probe, run outside the kernel, finds no fault."""
         kind, ex = step.kind, step.exercise
         if kind != "check":
             self.code.append(step.source)
+        if kind == "chapter":
+            self.trusted.append(step.source)
         if kind == "answer":
             error = cell_error(cell)
             if error:
@@ -159,6 +164,9 @@ class _Outcome:
             r.passed, r.message, r.credit, r.checks = verdict(
                 ex, _trace_path(self.scratch, ex, self.token), self.code, cell_error(cell),
                 self.checking.checkers[ex.checker], self.checking.keywords[ex.number], self.checking.salt)
+            fault = self.probe(ex, list(self.trusted)) if r.passed and self.probe is not None else None
+            if fault is not None:
+                r.passed, (r.message, r.credit) = False, fault
 
     def final(self) -> list[Result]:
         """The results, once broken exercises and answer errors are told (a passed exercise carries no message)."""
@@ -196,17 +204,6 @@ def _restart(kernel: Kernel, before: list[Step], broken: dict[int, str]) -> None
             kernel.run(source)
 
 
-def _dropped_note(step: Step, cell: Any) -> str | None:
-    """The feedback's note on a cell whose output was over the grader's limit (dropped; the score does not care)."""
-    dropped = cell.get("metadata", {}).get(DROPPED_KEY)
-    if not dropped or step.exercise is None:
-        return None
-    what = "your exercise cell" if step.kind == "answer" else "your code, while its check ran,"
-    return (f"{step.exercise.title}: {what} printed {dropped / 2**20:.1f} MB past the {MAX_CELL_OUTPUT // 2**20} MB "
-            "of output the grader keeps of a cell; that part was dropped (its end kept), and the score does not "
-            "depend on it")
-
-
 def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int, memory_mb: int,
               notes: list[str] | None = None) -> None:
     """Run the plan cell by cell. A cell that hangs or kills the kernel costs its exercise (the kernel is restarted,
@@ -232,7 +229,7 @@ def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int,
             outcome.broken[ex.number] = reason
             _restart(kernel, plan[:done], outcome.broken)  # replay what stands before it
             continue
-        note = _dropped_note(step, cell)
+        note = dropped_note(step.kind, step.exercise, cell)
         if note and notes is not None:
             notes.append(note)
         outcome.record(step, cell)
@@ -265,7 +262,10 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         checking = checking or Checking.of(chapter, exs)
         token = secrets.token_hex(16)
         plan = _plan(chapter, exs, found, scratch, checking, token)
-        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch, checking, token)
+        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch, checking, token, probe=lambda ex, prelude:
+                           run_probe(ex, prelude, found[ex.number] or [], checking.checkers[ex.checker],
+                                     workdir=Path(work), sandbox=sandbox, timeout=timeout, salt=checking.salt,
+                                     limits=limits))
         for ex in exs:
             if found[ex.number] is None:
                 outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"
