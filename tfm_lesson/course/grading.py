@@ -23,6 +23,9 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   :mod:`tfm_lesson.checks._replay`); the comparison, the named mistake and the pass happen here, and the source rules
   read the code the grader extracted. Nothing an answer patches inside its kernel (``print``, ``importlib``,
   ``torch``, IPython's events) can change a verdict; the chapter's own check cell is not run.
+* a rule about how the answer runs (chapter 18's memory) is enforced from outside the kernel: after its check passes,
+  the exercise runs once more in a fresh sandboxed process under a hard memory limit set before its cells run
+  (:mod:`.probe`);
 * once an exercise is checked, the chapter's solution to it replaces the student's definitions, so each later
   exercise is graded with the reference of the pieces before it: one bug costs one exercise;
 * an endless loop, a memory hog or a submission past its caps on the whole (``--processes``, ``--memory-total``,
