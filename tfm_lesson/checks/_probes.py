@@ -110,9 +110,13 @@ def probe_inputs(probe: Probe, salt: int | None) -> tuple:
 
 @lru_cache(maxsize=4)
 def probe_reference(checker: str, salt: int | None) -> Any:
-    """The package's answer to the probe's inputs, computed in the grader's process (once a class)."""
+    """The package's answer to the probe's inputs, computed in the grader's process (once a class), with one thread:
+    tiles this small run slower on several threads, the more so on a busy machine."""
+    from ..device import cpu_threads
+
     probe = PROBES[checker]
-    return probe.reference(probe_inputs(probe, salt))
+    with cpu_threads(1):
+        return probe.reference(probe_inputs(probe, salt))
 
 
 def warm_up(probe: Probe, args: tuple) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -68,7 +69,8 @@ def _run(probe: Probe, spec: dict, folder: Path, sandbox: bool | str, limits: An
     folder.mkdir(parents=True, exist_ok=True)
     spec_path, out_path = folder / "probe-spec.json", folder / f"probe-out-{secrets.token_hex(8)}.json"
     spec_path.write_text(json.dumps(spec))
-    flags = ["--processes", str(limits.processes), "--file-mb", str(limits.disk_mb)] if limits is not None else []
+    flags = (["--processes", str(limits.processes), "--file-mb", str(limits.disk_mb)]  # as the kernel: in the sandbox
+             if limits is not None and sandbox in (True, "bwrap") else [])
     argv = [sys.executable, "-m", "tfm_lesson.course._probe_child", *flags, str(spec_path), str(out_path)]
     command, container = _command(argv, folder, sandbox, limits)
     env = None if sandbox else {**os.environ, **_ENV}
@@ -95,6 +97,10 @@ def _run(probe: Probe, spec: dict, folder: Path, sandbox: bool | str, limits: An
                   if code < 0 else f"its process ended (exit status {code}) before it returned")
 
 
+def _not_data(found: Any) -> Any:
+    raise WireError("a handle: the probe's output is data only")
+
+
 def _verdict(probe: Probe, found: Any, why: str, salt: int | None) -> str | None:
     """The probe's message, or None when the answer returned the right output within the budget."""
     head = f"{probe.label}: under {probe.budget_words()}, "
@@ -104,13 +110,16 @@ def _verdict(probe: Probe, found: Any, why: str, salt: int | None) -> str | None
         return head + f"{probe.call} gave no output the grader can read"
     if "error" in found:
         detail = str(found.get("detail", ""))[:1000]
+        asked = re.search(r"allocate (\d+) bytes", detail)
+        if asked:  # PyTorch's allocator says how much one tensor asked for, in its own long words
+            detail = f"one tensor of {int(asked.group(1)) / 2 ** 20:.1f} MiB did not fit"
         if found["error"] == "memory":
             return head + (f"your exercise's cells and one call of {probe.call} ran out of memory: {detail}. Memory "
                            "made before the call counts too (a buffer made at the cell's level and reused with "
                            "out=): keep only one (block, block) tile at a time, and the running statistics")
         return head + f"{probe.call} raised {detail}"
     try:
-        got = decode(found.get("out"), lambda d: (_ for _ in ()).throw(WireError("not data")))
+        got = decode(found.get("out"), _not_data)
     except (WireError, Exception) as exc:
         return head + f"{probe.call} returned something that is not data ({type(exc).__name__})"
     wrong = compare(probe, got, probe_reference(probe.checker, salt))
