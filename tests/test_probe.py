@@ -243,3 +243,19 @@ def test_only_the_packages_checkers_have_a_probe():
     assert probe_for(ex, checks.check_tiled_attention) is not None
     assert probe_for(ex, lambda fn: None) is None  # a chapter's own checker of that name: no probe
     assert probe_for(_exercise("check_online_softmax"), checks.check_online_softmax) is None
+
+
+def test_a_checker_with_named_checks_keeps_the_credit_of_those_before_the_probes():
+    import dataclasses
+
+    from tfm_lesson.checks._probes import PROBES
+    from tfm_lesson.course.probe import _credit
+
+    def checker(fn):
+        pass
+
+    checker.checks = {"values": 2, "memory": 1, "masks": 1}
+    probe = dataclasses.replace(PROBES["check_tiled_attention"], part="memory")
+    assert _credit(checker, probe) == 0.5  # "values" passed: 2 of 4
+    assert _credit(checker, PROBES["check_tiled_attention"]) == 0.0  # no part named: all or nothing
+    assert _credit(lambda fn: None, probe) == 0.0  # no named checks
