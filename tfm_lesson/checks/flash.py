@@ -14,7 +14,8 @@ exercises say "write it yourself". The online softmax may not call PyTorch's sof
 either, and must read its rows in blocks: watched under a ``TorchDispatchMode``, no max or sum it computes may
 span a whole row (:func:`_widest_reduction`), nor, read from its code, may any reduction apply to the whole row
 (:mod:`._rules_rows`, what the grader decides by). The tiled exercise must stay below the full score matrix's memory,
-measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`.
+measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`; while grading, the grader also enforces it from
+outside the kernel (:mod:`._probes`), since the kernel's measurement is the learner's code's to forge.
 """
 from __future__ import annotations
 

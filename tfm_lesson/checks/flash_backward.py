@@ -6,7 +6,8 @@
   D = rowsum(dO), a forgotten 1/sqrt(d_k) (in both dQ and dK, or in one), a recompute without the mask or the causal
   rule, a causal rule without the offset of fewer queries than keys (lined up at the top-left), tiles whose shapes do not fit (dV = P dO for P^T dO), NaN for queries that see nothing, a stored (q_len,
   k_len) probability matrix (peak memory measured with :func:`tfm_lesson.look.memory.peak_tensor_bytes`); the
-  package's own backward (or autograd) is refused.
+  package's own backward (or autograd) is refused. While grading, the memory rule is also enforced from outside
+  the kernel (:mod:`._probes`).
 """
 from __future__ import annotations
 

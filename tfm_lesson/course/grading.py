@@ -23,6 +23,9 @@ For each submission (a student copy the student worked in, saved by any Jupyter 
   :mod:`tfm_lesson.checks._replay`); the comparison, the named mistake and the pass happen here, and the source rules
   read the code the grader extracted. Nothing an answer patches inside its kernel (``print``, ``importlib``,
   ``torch``, IPython's events) can change a verdict; the chapter's own check cell is not run.
+* a rule about how the answer runs (chapter 18's memory) is enforced from outside the kernel: after its check passes,
+  the exercise runs once more in a fresh sandboxed process under a hard memory limit set before its cells run
+  (:mod:`.probe`);
 * once an exercise is checked and did not pass, the chapter's solution to it replaces the student's definitions, so
   each later exercise is graded with working pieces before it: one bug costs one exercise (a solution never runs
   in the kernel of a student whose answer passed: code there could read it);
@@ -51,20 +54,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
-from .. import checks
-from .cells import CourseError, is_setup_cell
-from .exercises import Exercise, chapter_definitions, chapter_sources, exercises
-from .grading_kernel import (DEFAULT_MEMORY_MB, DROPPED_KEY, MAX_CELL_OUTPUT, Kernel, KernelGroup, cell_error,
-                             check_kernel, kernel_spec)
+from .cells import CourseError
+from .exercises import Exercise, exercises
+from .grading_kernel import DEFAULT_MEMORY_MB, Kernel, KernelGroup, cell_error, check_kernel, kernel_spec
 from .quiz_hand_in import chapter_quiz, quiz_item
-from .grading_report import (GradeBook, Graded, Result, check_outputs, feedback_page, page_names, write_csv,
-                             write_page)
+from .probe import run_probe
+from .grading_report import (GradeBook, Graded, Result, check_outputs, dropped_note, feedback_page, page_names,
+                             write_csv, write_page)
 from .sandbox_container import choose_or_say
 from .sandbox_limits import Limits, ScratchDisk, describe
 from .submission import MAX_BYTES, answers, quiz_of, read_submission
-from .verdicts import chapter_checkers, check_call, check_cell, seeded, verdict
+from .grading_plan import Checking, Step, _plan, _trace_path
+from .verdicts import check_call, verdict
 
 # The grader in parts: the chapter's exercises (exercises), reading a submission (submission), the kernel it runs in
 # (grading_kernel), scores and reports (grading_report); here, running one submission and grading a class.
@@ -73,66 +76,6 @@ __all__ = ["grade", "grade_one", "submissions", "exercises", "read_submission", 
 
 MESSAGE_LIMIT = 4000  # characters of a verdict's message kept in the CSV and the feedback page
 DEFAULT_TIMEOUT = 60  # seconds per cell (an exercise cell, a check)
-
-
-# the plan of one submission -----------------------------------------------------------------------------------------
-class Step(NamedTuple):
-    """One cell to run: a chapter definition, an answer cell, a check, or the chapter's solution of an exercise that
-    did not pass (``exercise`` None for the chapter's definitions)."""
-
-    kind: str  # "chapter", "answer", "check" or "reference"
-    exercise: Exercise | None
-    source: str
-
-
-@dataclass
-class Checking:
-    """How a chapter's exercises are checked: each one's checker (the chapter's own or the package's), which ones
-    the chapter defines, the keywords the grader adds (its seed) and the salt of every seed the checkers set (the
-    same seed: inputs no submission saw before, drawn again with ``--seed``)."""
-
-    checkers: dict[str, Callable]
-    own: set[str]
-    keywords: dict[int, dict]
-    salt: int | None  # mixed into every seed a checker sets (tfm_lesson.checks._salt); None: the notebook's inputs
-
-    @classmethod
-    def of(cls, chapter: Any, exs: list[Exercise], seed: int | None = None) -> "Checking":
-        sources = chapter_sources(chapter, exs)
-        checkers = chapter_checkers(chapter, exs, sources)
-        own = {name for name, fn in checkers.items() if fn is not getattr(checks, name, None)}
-        return cls(checkers, own, {ex.number: seeded(checkers[ex.checker], ex, seed) for ex in exs}, seed)
-
-
-def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None], scratch: Path,
-          checking: Checking, token: str) -> list[Step]:
-    """The chapter's definitions and the answers in chapter order, a check after each exercise."""
-    plan: list[Step] = []
-    skip = {i for ex in exs for i in (ex.answer_index, ex.solution_index, ex.check_index) if i is not None}
-    by_solution = {ex.solution_index: ex for ex in exs}
-    for i, cell in enumerate(chapter["cells"][:exs[-1].check_index + 1]):
-        if i in by_solution:
-            ex = by_solution[i]
-            for source in found[ex.number] or []:
-                plan.append(Step("answer", ex, source))
-            plan.append(Step("check", ex, check_cell(ex, _trace_path(scratch, ex, token), ex.checker in checking.own,
-                                                     checking.keywords[ex.number], checking.salt)))
-            # once checked, the definitions of an exercise that did not pass make way for the chapter's solution:
-            # each later exercise is graded with working pieces before it, so one bug (or one endless loop) costs one
-            # exercise. Only then: code in the kernel can read what runs there, so a solution never reaches the
-            # kernel of a student whose own answer passed
-            plan.append(Step("reference", ex, chapter["cells"][i].get("source", "")))
-        elif i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", "")):
-            source = chapter_definitions(cell.get("source", ""))
-            if source:
-                plan.append(Step("chapter", None, source))
-    return plan
-
-
-def _trace_path(scratch: Path, ex: Exercise, token: str) -> Path:
-    """Where the kernel writes the record of ``ex``'s check: its scratch folder, which the grader reads, under a name
-    drawn for this submission (``token``), so that no answer cell can plant a record there beforehand."""
-    return scratch / f"tfm-check-{ex.number}-{token}.json"
 
 
 # running it ---------------------------------------------------------------------------------------------------------
@@ -147,14 +90,22 @@ class _Outcome:
     answer_errors: dict[int, list[str]] = field(default_factory=dict)
     broken: dict[int, str] = field(default_factory=dict)  # exercises whose answer hung or killed the kernel
     code: list[str] = field(default_factory=list)  # what ran before each check, for the source rules
+    trusted: list[str] = field(default_factory=list)  # the chapter's own cells run so far, for a probe
+    kept: list[str] = field(default_factory=list)  # the answers of the exercises passed so far, for a probe
+    answered: dict[int, list[str]] = field(default_factory=dict)
+    probe: Callable[[Exercise, list[str], list[str]], tuple[str, float] | None] | None = None  # .probe.run_probe
 
     def record(self, step: Step, cell: Any) -> None:
         """Note an answer cell's error; after a check, replay the checker from the kernel's record in this process
-        (:mod:`tfm_lesson.course.verdicts`): the verdict is computed here, never read from the kernel."""
+        (:mod:`tfm_lesson.course.verdicts`): the verdict is computed here, never read from the kernel; a pass of an
+        exercise with a probe (:mod:`.probe`) stands only if the probe, run outside the kernel, finds no fault."""
         kind, ex = step.kind, step.exercise
         if kind != "check":
             self.code.append(step.source)
+        if kind in ("chapter", "reference"):
+            self.trusted.append(step.source)
         if kind == "answer":
+            self.answered.setdefault(ex.number, []).append(step.source)
             error = cell_error(cell)
             if error:
                 self.answer_errors.setdefault(ex.number, []).append(error)
@@ -163,6 +114,11 @@ class _Outcome:
             r.passed, r.message, r.credit, r.checks = verdict(
                 ex, _trace_path(self.scratch, ex, self.token), self.code, cell_error(cell),
                 self.checking.checkers[ex.checker], self.checking.keywords[ex.number], self.checking.salt)
+            fault = self.probe(ex, list(self.trusted), list(self.kept)) if r.passed and self.probe else None
+            if fault is not None:
+                r.passed, (r.message, r.credit) = False, fault
+            if r.passed:  # its definitions stay in the kernel (no solution replaces them): a later probe needs them
+                self.kept += self.answered.get(ex.number, [])
 
     def final(self) -> list[Result]:
         """The results, once broken exercises and answer errors are told (a passed exercise carries no message)."""
@@ -212,17 +168,6 @@ def _restart(kernel: Kernel, before: list[Step], outcome: _Outcome) -> None:
             kernel.run(step.source)
 
 
-def _dropped_note(step: Step, cell: Any) -> str | None:
-    """The feedback's note on a cell whose output was over the grader's limit (dropped; the score does not care)."""
-    dropped = cell.get("metadata", {}).get(DROPPED_KEY)
-    if not dropped or step.exercise is None or step.kind == "reference":
-        return None
-    what = "your exercise cell" if step.kind == "answer" else "your code, while its check ran,"
-    return (f"{step.exercise.title}: {what} printed {dropped / 2**20:.1f} MB past the {MAX_CELL_OUTPUT // 2**20} MB "
-            "of output the grader keeps of a cell; that part was dropped (its end kept), and the score does not "
-            "depend on it")
-
-
 def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int, memory_mb: int,
               notes: list[str] | None = None) -> None:
     """Run the plan cell by cell. A cell that hangs or kills the kernel costs its exercise (the kernel is restarted,
@@ -248,7 +193,7 @@ def _run_plan(kernel: Kernel, plan: list[Step], outcome: _Outcome, timeout: int,
             outcome.broken[ex.number] = reason
             _restart(kernel, plan[:done], outcome)  # replay what stands before it
             continue
-        note = _dropped_note(step, cell)
+        note = dropped_note(step.kind, step.exercise, cell)
         if note and notes is not None:
             notes.append(note)
         outcome.record(step, cell)
@@ -281,7 +226,10 @@ def grade_one(chapter: Any, exs: list[Exercise], path: Path, kernel_dir: Path, t
         checking = checking or Checking.of(chapter, exs)
         token = secrets.token_hex(16)
         plan = _plan(chapter, exs, found, scratch, checking, token)
-        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch, checking, token)
+        outcome = _Outcome({ex.number: Result(ex) for ex in exs}, scratch, checking, token, probe=lambda ex, prelude, kept:
+                           run_probe(ex, prelude, kept + (found[ex.number] or []), checking.checkers[ex.checker],
+                                     workdir=Path(work), sandbox=sandbox, timeout=timeout, salt=checking.salt,
+                                     limits=limits))
         for ex in exs:
             if found[ex.number] is None:
                 outcome.broken[ex.number] = "the exercise's cells are missing from the submission (deleted?)"

@@ -11,10 +11,12 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .._io import atomic_open, cannot_write_in, check_writable_file, inside_package
 from .cells import CourseError
 from .exercises import Exercise
+from .grading_kernel import DROPPED_KEY, MAX_CELL_OUTPUT
 
 CSV_HEADER = ["submission", "exercise", "passed", "points", "max_points", "message"]
 
@@ -259,3 +261,14 @@ def check_outputs(csv_path: Path, feedback: Path | None, chapter: Path, submissi
     _check_csv(csv_path, chapter, submissions, resume)
     if feedback is not None:
         _check_feedback(feedback, csv_path, chapter, submissions)
+
+
+def dropped_note(kind: str, exercise: Exercise | None, cell: Any) -> str | None:
+    """The feedback's note on a cell whose output was over the grader's limit (dropped; the score does not care)."""
+    dropped = cell.get("metadata", {}).get(DROPPED_KEY)
+    if not dropped or exercise is None or kind == "reference":
+        return None
+    what = "your exercise cell" if kind == "answer" else "your code, while its check ran,"
+    return (f"{exercise.title}: {what} printed {dropped / 2**20:.1f} MB past the {MAX_CELL_OUTPUT // 2**20} MB "
+            "of output the grader keeps of a cell; that part was dropped (its end kept), and the score does not "
+            "depend on it")
