@@ -71,7 +71,10 @@ def _guarded_handle(self) -> None:
         _say(f"Otter's log server dropped a local connection from {self.client_address}: {why}")
 
     while True:
-        head = _read(conn, 4)  # no time limit: the kernel's handler stays quiet while a cell trains
+        try:
+            head = _read(conn, 4)  # no time limit: the kernel's handler stays quiet while a cell trains
+        except OSError:  # the peer reset the connection
+            return
         if head is None:
             return
         size = struct.unpack(">L", head)[0]
@@ -82,6 +85,8 @@ def _guarded_handle(self) -> None:
             body = _read(conn, size)
         except TimeoutError:
             return drop(f"the record's {size} bytes did not come within {BODY_SECONDS:g} s")
+        except OSError:
+            return
         finally:
             conn.settimeout(None)
         if body is None:
