@@ -156,7 +156,7 @@ def _otter(tmp: Path, answers) -> dict[str, list[float]]:
     points = {}
     for name, given in answers.items():
         nbformat.write(_fill(student, cells, given, 1 if name == "cells" else None), tmp / f"{name}.ipynb")
-        tests = otter_results(autograder, tmp / f"{name}.ipynb", tmp / f"otter-{name}", timeout=420)
+        tests = otter_results(autograder, tmp / f"{name}.ipynb", tmp / f"otter-{name}", timeout=900)
         points[name] = [round(tests[f"ex{n}"].get("score", 0) or 0, 2) for n in (1, 2, 3)]
     return points
 

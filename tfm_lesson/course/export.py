@@ -40,6 +40,7 @@ from .export_quiz import nbgrader_quiz_test, otter_quiz_tests, quiz_points
 from .export_record import check_targets, remember
 from .kernel_watchdog import GRACE, KernelWatchdog
 from .location import install_sources
+from .otter_log_guard import guard as guard_otter_log_server
 from .quiz import QUIZ_CALL, is_quiz_cell
 from .quiz_hand_in import HAND_IN_TAG, hand_in_source
 from .verdicts import chapter_checkers
@@ -184,7 +185,9 @@ class OtterCellTimeLimit:
     the kernel ``grace`` seconds later if the cell catches the interrupt; the notebook then runs again from the top
     with that cell replaced by one that raises ``TimeoutError`` (:mod:`~tfm_lesson.course.otter_rerun`), so the cell
     costs the questions that need it and the others are graded. Configured with ``{"seconds": N}`` (and optionally
-    ``"grace"``)."""
+    ``"grace"``). Created, it also guards Otter's log server in that process
+    (:mod:`~tfm_lesson.course.otter_log_guard`: a stray local connection would keep the run from ending), so an
+    assignment exported before the guard gets it too."""
 
     def __init__(self, submission_path: str, submission_metadata: dict, plugin_config: dict | None):
         config = plugin_config or {}
@@ -193,6 +196,7 @@ class OtterCellTimeLimit:
         if self.seconds <= 0:
             raise ValueError(f"OtterCellTimeLimit: seconds must be > 0, got {self.seconds}")
         self.watchdog: KernelWatchdog | None = None
+        guard_otter_log_server()  # Otter creates its plugins before grade_notebook starts the log server
 
     def before_execution(self, submission: Any) -> Any:
         """Start the watchdog (the kernel starts right after this event); the submission runs as it is."""
