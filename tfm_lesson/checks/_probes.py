@@ -113,9 +113,10 @@ def probe_reference(checker: str, salt: int | None) -> Any:
     """The package's answer to the probe's inputs, computed in the grader's process (once a class), with one thread:
     tiles this small run slower on several threads, the more so on a busy machine."""
     from ..device import cpu_threads
+    from ._replay import _lock  # a replay in another thread salts torch.Generator for the whole process (_salt)
 
     probe = PROBES[checker]
-    with cpu_threads(1):
+    with _lock, cpu_threads(1):
         return probe.reference(probe_inputs(probe, salt))
 
 
