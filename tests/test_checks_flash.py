@@ -611,3 +611,47 @@ def test_yours_or_reference_keeps_a_passing_chapter_18_piece_and_replaces_a_fail
                           atol=1e-6)
     assert yours_or_reference(lambda *a: None, "intensity")(1, 4096, 4096, 2) == pytest.approx(
         2 * 4096 * 4096 / ((4096 + 4096 * 4096 + 4096) * 2))
+
+
+def _naive(q, k, v, *rest):
+    return torch.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, -1) @ v
+
+
+def _in_a_thread(*args):
+    import threading
+
+    box = []
+    worker = threading.Thread(target=lambda: box.append(_naive(*args)))
+    worker.start()
+    worker.join()
+    return box[0]
+
+
+def test_side_doors_around_the_watch_are_refused_by_name():
+    """A hostile class passed naive answers run in a thread, in NumPy, with PyTorch's modes off, or through
+    torch.func.vjp: chapter 18's checkers refuse those names in the code (read by the grader from the code it
+    extracted, so a kernel cannot answer for it)."""
+    import numpy  # noqa: F401 - named by the answers below
+    from tfm_lesson.checks import check_flash_backward, check_online_softmax, check_tiled_attention
+
+    def in_numpy(x, block_size):
+        import numpy as np
+
+        a = x.numpy()
+        e = np.exp(a - a.max(-1, keepdims=True))
+        return torch.from_numpy(e / e.sum(-1, keepdims=True))
+
+    def modes_off(q, k, v, block_size, causal=False, mask=None):
+        from torch._C import DisableTorchFunction
+
+        with DisableTorchFunction():
+            return torch.softmax(q @ k.transpose(-2, -1) / q.size(-1) ** 0.5, -1) @ v
+
+    def by_vjp(q, k, v, out, lse, grad_out, block_size, causal=False, mask=None):
+        f = lambda a, b, c: torch.softmax(a @ b.transpose(-2, -1) / a.size(-1) ** 0.5, -1) @ c  # noqa: E731
+        return torch.func.vjp(f, q, k, v)[1](grad_out)
+
+    for checker, answer in ((check_online_softmax, in_numpy), (check_tiled_attention, modes_off),
+                            (check_tiled_attention, _in_a_thread), (check_flash_backward, by_vjp)):
+        with pytest.raises(Mistake, match="WRITE IT YOURSELF"):
+            checker(answer)

@@ -12,6 +12,20 @@ import torch
 from torch import Tensor
 
 from ._harness import Mistake
+from ._rules import forbid_names
+
+SIDE_DOORS = ("numpy", "threading", "Thread", "multiprocessing", "concurrent", "ThreadPoolExecutor",
+              "ProcessPoolExecutor", "_disable_current_modes", "DisableTorchFunction", "_python_dispatch", "ctypes")
+SIDE_DOORS_WHY = ("These exercises are written with PyTorch's tensor operations, in the thread that calls your function: "
+                  "the check watches those operations, so NumPy, threads or processes, and switching PyTorch's modes "
+                  "off are not used here.")
+
+
+def forbid_side_doors(fn, what: str, more: tuple[str, ...] = ()) -> None:
+    """Chapter 18's answers may not leave PyTorch's operations in the calling thread, where the check watches them
+    (a hostile class passed naive answers run in a thread, in NumPy, or with PyTorch's modes switched off); read from
+    the code, so a kernel cannot answer for it."""
+    forbid_names(fn, SIDE_DOORS + more, what, SIDE_DOORS_WHY)
 
 __all__ = ["ONLINE_SLIPS", "TILED_SLIPS", "online", "tiled", "causal_rule", "reference_attention", "reference_softmax",
            "name_the_slip", "nan_symptom", "same_numbers", "NAN_ROW", "NAN_QUERY"]

@@ -28,8 +28,8 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..look.memory import peak_tensor_bytes
-from ._flash_slips import (NAN_QUERY, NAN_ROW, ONLINE_SLIPS, TILED_SLIPS, causal_rule, name_the_slip, nan_symptom,
-                           online, reference_attention, reference_softmax, tiled)
+from ._flash_slips import (NAN_QUERY, NAN_ROW, ONLINE_SLIPS, TILED_SLIPS, causal_rule, forbid_side_doors,
+                           name_the_slip, nan_symptom, online, reference_attention, reference_softmax, tiled)
 from ._harness import Mistake, call, close, expect, learner_side, output_of, passed
 from ._rules import forbid_names, forbid_objects
 from ._rules_rows import whole_row_reduction
@@ -131,6 +131,7 @@ def check_online_softmax(fn: Callable) -> None:
     divide the row, with the maximum growing from block to block, and a row whose first block is all -inf."""
     _forbid_package(fn, "online softmax")
     _forbid_softmax(fn)
+    forbid_side_doors(fn, "online softmax")
     gen = torch.Generator().manual_seed(18)
     cases = _softmax_cases(gen)
     for x, block in cases:
@@ -195,6 +196,7 @@ def check_tiled_attention(fn: Callable) -> None:
     length, with masks that hide a whole first tile or every key of a query, and ``causal`` with a ``mask``; its
     peak memory must stay below the full score matrix's."""
     _forbid_package(fn, "tiled attention")
+    forbid_side_doors(fn, "tiled attention")
     gen = torch.Generator().manual_seed(18)
     cases = _tiled_cases(gen)
     for q, k, v, block, causal, mask in cases:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..look.memory import peak_tensor_bytes
-from ._flash_slips import TILED_SLIPS, causal_rule, same_numbers
+from ._flash_slips import TILED_SLIPS, causal_rule, forbid_side_doors, same_numbers
 from ._harness import Mistake, call, close, expect, learner_side, passed
 from ._mistake import learner_lines
 from ._rules import forbid_names, forbid_objects
@@ -108,7 +108,9 @@ def check_flash_backward(fn: Callable) -> None:
     whole first tile, and lengths that the block does not divide; and no (q_len, k_len) matrix held at once."""
     forbid_objects(fn, {"FlashAttention": _package("FlashAttention"), "_backward": _package("_backward"),
                         "flash_attention": _package("flash_attention")}, "backward pass", WHY)
-    forbid_names(fn, ("autograd", "backward", "flash_attention", "FlashAttention"), "backward pass", WHY)
+    forbid_names(fn, ("autograd", "backward", "flash_attention", "FlashAttention", "vjp", "functorch", "func"),
+                 "backward pass", WHY)
+    forbid_side_doors(fn, "backward pass")
     gen = torch.Generator().manual_seed(181)
     cases = _cases(gen)
     for (q, k, v), block, causal, mask in cases:
