@@ -121,17 +121,30 @@ def test_online_softmax_blocks_viewed_at_once_pass(capsys):
     assert "✔ check_online_softmax passed" in capsys.readouterr().out
 
 
-def chapter_solution(x, block_size):  # chapter 18's reference solution, as its notebook has it
-    m = torch.full(x.shape[:-1], float("-inf"))  # running maximum per row
-    d = torch.zeros(x.shape[:-1])  # running sum of exp(x - m) per row
-    for start in range(0, x.size(-1), block_size):
-        block = x[..., start:start + block_size]
-        m_new = torch.maximum(m, block.amax(dim=-1))
-        shift = torch.where(m_new == float("-inf"), 0.0, m_new)  # a row of -inf so far: subtract 0
-        d = d * torch.exp(m - shift) + torch.exp(block - shift[..., None]).sum(dim=-1)  # rescale, then add
-        m = m_new
-    shift = torch.where(m == float("-inf"), 0.0, m)
-    return torch.where(d[..., None] > 0, torch.exp(x - shift[..., None]) / d[..., None], 0.0)
+def _from_the_chapter(name: str):
+    """Chapter 18's own solution of ``name``, imported from a file (its source readable, as a learner's is)."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+
+    import nbformat
+
+    from tfm_lesson.course.exercises import exercises
+    from tfm_lesson.course.solution_form import strip_title
+
+    chapter = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "18_attention_that_fits.ipynb",
+                            as_version=4)
+    source = next(strip_title(chapter.cells[ex.solution_index].source) for ex in exercises(chapter)
+                  if f"def {name}(" in chapter.cells[ex.solution_index].source)
+    path = Path(tempfile.mkdtemp()) / "chapter18_solution.py"
+    path.write_text("import math\n\nimport torch\n\n\n" + source)
+    spec = importlib.util.spec_from_file_location("chapter18_solution", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+chapter_solution = _from_the_chapter("my_online_softmax")
 
 
 def _final_pass(x, m, d):  # the one pass that may touch the whole row
