@@ -28,6 +28,7 @@ DEFAULT_OUTPUTS = {
     "course.cli": lambda: [], "course.quiz": lambda: [], "train.translate": lambda: [],
     "train.generate": lambda: [],
     "course._grade_kernel": lambda: [],  # the grader's kernel: writes nothing
+    "course._probe_child": lambda: [],  # a grader's probe: writes only the OUT path it is given
 }
 
 
