@@ -417,3 +417,18 @@ def test_without_bubblewrap_grading_refuses_before_it_starts(tmp_path, monkeypat
     with pytest.raises(CourseError, match="bubblewrap.*--no-sandbox"):
         grading.grade(CHAPTER, [sub], tmp_path / "g.csv")
     assert not (tmp_path / "g.csv").exists()
+
+
+def test_no_solutions_keeps_every_solution_out_of_the_kernels(tmp_path):
+    """--no-solutions: not even a failed exercise's solution runs in the student's kernel (its bug then reaches the
+    exercises after it, as under nbgrader and Otter)."""
+    right = copy_chapter_answers(_chapter())
+    peek = _with(right, 2, "def merge_heads(x):\n    return x.reshape(x.shape[0], x.shape[2], -1)  # no transpose\n")
+    _write(_with(peek, 3, PEEK), tmp_path / "peek.ipynb")
+    out = subprocess.run([sys.executable, "-m", "tfm_lesson.course", "grade", str(CHAPTER), str(tmp_path / "peek.ipynb"),
+                          "--csv", str(tmp_path / "grades.csv"), "--no-solutions", "--no-quiz", *SANDBOX],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr
+    with open(tmp_path / "grades.csv", newline="") as f:
+        message = next(r for r in csv.DictReader(f) if r["exercise"].startswith("Exercise 3"))["message"]
+    assert "split_heads solution seen: False; merge_heads solution seen: False" in message, message

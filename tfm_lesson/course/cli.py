@@ -81,6 +81,10 @@ def class_main(argv: list[str]) -> int:
     gr.add_argument("--no-sandbox", action="store_true",
                     help="run student code without any sandbox (with your own rights; said on every report); the "
                          "same as --sandbox none")
+    gr.add_argument("--no-solutions", action="store_true",
+                    help="never run the chapter's solution in a student's kernel (by default it replaces the answer "
+                         "to an exercise that failed, so later exercises get working pieces, and that student's "
+                         "code can read it); a bug then costs every exercise that uses it")
     gr.add_argument("--no-quiz", action="store_true",
                     help="leave out the quiz line (\"Quiz NN\": a point per right letter the learner wrote into the "
                          "cell after the chapter's quiz); by default it is graded and counts in the totals")
@@ -102,7 +106,7 @@ def class_main(argv: list[str]) -> int:
         if args.command == "grade":
             grading.grade(args.chapter, args.submissions, args.csv, args.feedback, args.timeout, args.memory, args.jobs,
                           sandbox="none" if args.no_sandbox else args.sandbox, resume=args.resume, seed=args.seed,
-                          limits=limits, quiz=not args.no_quiz)
+                          limits=limits, quiz=not args.no_quiz, solutions=not args.no_solutions)
         else:
             export(args.chapter, args.format, args.out, args.assignment, args.timeout, args.force)
     except CourseError as exc:

@@ -327,13 +327,15 @@ def _add_quiz_lines(book: GradeBook, cid: str | None) -> None:
 def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path | None = None,
           timeout: int = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB, jobs: int = 1,
           sandbox: bool | str = True, resume: bool = False, seed: int | None = None,
-          limits: Limits | None = Limits(), quiz: bool = True) -> list[Graded]:
+          limits: Limits | None = Limits(), quiz: bool = True, solutions: bool = True) -> list[Graded]:
     """Grade every submission against ``chapter_path`` (with ``resume``, those not yet in ``csv_path``); each one's
     rows go into the CSV (and its feedback page is written) as soon as it is graded, so an interruption keeps them.
     Each submission's kernel runs in the sandbox ``sandbox`` names (True or "auto": bubblewrap, else a Podman or
     Docker container: :mod:`.sandbox`, :mod:`.sandbox_container`) unless it is False or "none",
     under ``limits`` (:mod:`tfm_lesson.course.sandbox_limits`; None: no cap on the whole submission).
     With ``quiz`` (and a quiz cell in the chapter), each submission's quiz hand-in is one more line (:func:`_quiz`).
+    Without ``solutions``, no chapter solution ever runs in a kernel (a failed exercise's bug then reaches the later
+    exercises that use it, as under nbgrader and Otter).
     CourseError for an instructor's mistake (a chapter without solutions, a missing path, an output that would
     overwrite something or cannot be written, a kernel that cannot start under ``memory_mb``, no sandbox to be had),
     before any submission runs."""
@@ -351,7 +353,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     for ex in exs:
         check_call(ex)  # a check whose keywords are not literals is refused before anything runs
     seed = secrets.randbelow(2 ** 31) if seed is None else seed
-    checking = Checking.of(chapter, exs, seed)  # a checker found nowhere is refused here too
+    checking = Checking.of(chapter, exs, seed, solutions)  # a checker found nowhere is refused here too
     cid = chapter_quiz(chapter) if quiz else None
     book = GradeBook(csv_path, [*exs, *([quiz_item(cid)] if cid else [])], [str(p) for p in files], resume)
     _add_quiz_lines(book, cid)

@@ -35,13 +35,14 @@ class Checking:
     own: set[str]
     keywords: dict[int, dict]
     salt: int | None  # mixed into every seed a checker sets (tfm_lesson.checks._salt); None: the notebook's inputs
+    solutions: bool = True  # the chapter's solution of a failed exercise stands in for the student's (False: never)
 
     @classmethod
-    def of(cls, chapter: Any, exs: list[Exercise], seed: int | None = None) -> "Checking":
+    def of(cls, chapter: Any, exs: list[Exercise], seed: int | None = None, solutions: bool = True) -> "Checking":
         sources = chapter_sources(chapter, exs)
         checkers = chapter_checkers(chapter, exs, sources)
         own = {name for name, fn in checkers.items() if fn is not getattr(checks, name, None)}
-        return cls(checkers, own, {ex.number: seeded(checkers[ex.checker], ex, seed) for ex in exs}, seed)
+        return cls(checkers, own, {ex.number: seeded(checkers[ex.checker], ex, seed) for ex in exs}, seed, solutions)
 
 
 def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None], scratch: Path,
@@ -61,7 +62,8 @@ def _plan(chapter: Any, exs: list[Exercise], found: dict[int, list[str] | None],
             # each later exercise is graded with working pieces before it, so one bug (or one endless loop) costs one
             # exercise. Only then: code in the kernel can read what runs there, so a solution never reaches the
             # kernel of a student whose own answer passed
-            plan.append(Step("reference", ex, chapter["cells"][i].get("source", "")))
+            if checking.solutions:
+                plan.append(Step("reference", ex, chapter["cells"][i].get("source", "")))
         elif i not in skip and cell.get("cell_type") == "code" and not is_setup_cell(cell.get("source", "")):
             source = chapter_definitions(cell.get("source", ""))
             if source:
