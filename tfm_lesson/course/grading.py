@@ -334,8 +334,7 @@ def grade(chapter_path: Path, paths: list[Path], csv_path: Path, feedback: Path 
     Docker container: :mod:`.sandbox`, :mod:`.sandbox_container`) unless it is False or "none",
     under ``limits`` (:mod:`tfm_lesson.course.sandbox_limits`; None: no cap on the whole submission).
     With ``quiz`` (and a quiz cell in the chapter), each submission's quiz hand-in is one more line (:func:`_quiz`).
-    Without ``solutions``, no chapter solution ever runs in a kernel (a failed exercise's bug then reaches the later
-    exercises that use it, as under nbgrader and Otter).
+    Without ``solutions``, no chapter solution ever runs in a kernel (a bug then reaches the later exercises).
     CourseError for an instructor's mistake (a chapter without solutions, a missing path, an output that would
     overwrite something or cannot be written, a kernel that cannot start under ``memory_mb``, no sandbox to be had),
     before any submission runs."""
