@@ -27,6 +27,10 @@ CHAPTERS = {"09": ROOT / "notebooks" / "09_the_transformer.ipynb",
 # spanning a row, but in two passes (the global max first) rather than online, which no rule checks; a tie made the
 # other way round (embedding.weight = generator.weight), which shares one Parameter as well
 EARNED = {("18", "04_not_online_but_split", 1): 3, ("09", "04_tied_the_other_way", 3): 2}
+# not decided by any rule: a loop over blocks of queries that meets all keys at once (no key tiles) holds a few
+# (block, k_len) strips, a quarter of the probe's budget or so; whether the allocator's leftovers push it over
+# varies from run to run (the instructors' page says the budget is not set against such a strip)
+EITHER = {("18", "04_not_online_but_split", 2): (0, 3)}
 
 try:
     check_sandbox()
@@ -64,4 +68,6 @@ def test_the_hostile_class_earns_only_what_its_work_earns(cid, tmp_path):
     for name, answers in attacks.items():
         for number in answers:
             row = rows[(name, int(number))]
-            assert float(row["points"]) == EARNED.get((cid, name, int(number)), 0), (name, number, row["message"])
+            key = (cid, name, int(number))
+            allowed = EITHER.get(key, (EARNED.get(key, 0),))
+            assert float(row["points"]) in allowed, (name, number, row["message"])
